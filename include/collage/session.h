@@ -1,0 +1,63 @@
+// Running a model: a Session owns the imported graph, the compiled kernels and one
+// arena for every intermediate value, allocated and touched once when the session is
+// made, so run() allocates nothing.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collage/graph.h"
+#include "collage/model.h"
+
+namespace collage {
+
+struct SessionOptions {
+  LoadOptions load;
+  int threads = 0;  // 0 = every core
+  // Run every node this backend can take on it and the rest on "reference".
+  std::string backend = "reference";
+};
+
+struct RunStats {
+  double milliseconds = 0;
+};
+
+class Executor;
+
+class Session {
+ public:
+  Session(Graph graph, const SessionOptions& options);
+  ~Session();
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+
+  static Session from_file(const std::string& path, const SessionOptions& options = {});
+
+  const Graph& graph() const { return graph_; }
+  // Inputs in graph-input order, with exactly the inferred shapes and dtypes. Returns
+  // owning copies of the outputs, in graph-output order.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  // Runs without copying outputs out of the arena: for timing loops. The returned views
+  // are valid until the next run.
+  std::vector<Tensor> run_views(const std::vector<Tensor>& inputs);
+  // Bytes of the intermediate-value arena (after liveness-based reuse).
+  size_t arena_bytes() const;
+  // How many kernels (steps) one run launches, and on which backend each node runs.
+  size_t num_steps() const;
+  std::vector<std::string> node_backends() const;
+
+ private:
+  Graph graph_;
+  std::unique_ptr<Executor> executor_;
+};
+
+// Random inputs for a graph (uniform floats in [-1, 1), small non-negative ints),
+// reproducible from `seed`.
+std::vector<Tensor> random_inputs(const Graph& graph, uint64_t seed = 1);
+
+// Sets the process-wide thread budget (OpenMP, BLAS, pthreadpool...); 0 = all cores.
+void set_thread_budget(int threads);
+int thread_budget();
+
+}  // namespace collage

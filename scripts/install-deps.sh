@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs every Debian package collage needs to build, test and benchmark.
+# Idempotent: quiet when everything is present; uses sudo when not root.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config clang-format
+  # model format
+  libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
+  # well-kept helper libraries
+  libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libsqlite3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # backends
+  libdnnl-dev libopenblas-dev libopenblas0-pthread libxnnpack-dev libpthreadpool-dev
+  # PyTorch's exporter, used by tests to make real exported models
+  python3-torch python3-torchvision python3-onnx python3-numpy
+  # `collage show --svg`
+  graphviz
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,3 @@
+// TODO: CLI
+#include <fmt/core.h>
+int main() { fmt::print("collage\n"); }
