@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "collage/graph.h"
 
@@ -27,6 +28,10 @@ Graph load_model(const std::string& path, const LoadOptions& options = {});
 // Same, from bytes in memory; `base_dir` resolves external data ("" forbids it).
 Graph load_model_from_bytes(const std::string& bytes, const std::string& base_dir,
                             const LoadOptions& options = {});
+
+// The model's runtime input names in order (initializers excluded), read without importing
+// the graph: lets a caller bind shapes to inputs it only knows by position (test data).
+std::vector<std::string> model_input_names(const std::string& path);
 
 // Passes (load_model runs them all).
 // Gives every value a dtype and static shape using each op's shape function; fails naming

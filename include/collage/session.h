@@ -34,7 +34,7 @@ class Session {
 
   static Session from_file(const std::string& path, const SessionOptions& options = {});
 
-  const Graph& graph() const { return graph_; }
+  const Graph& graph() const { return *graph_; }
   // Inputs in graph-input order, with exactly the inferred shapes and dtypes. Returns
   // owning copies of the outputs, in graph-output order.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
@@ -48,7 +48,8 @@ class Session {
   std::vector<std::string> node_backends() const;
 
  private:
-  Graph graph_;
+  // Held by pointer: the executor keeps references into the graph, which must not move.
+  std::unique_ptr<Graph> graph_;
   std::unique_ptr<Executor> executor_;
 };
 

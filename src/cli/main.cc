@@ -1,3 +1,34 @@
-// TODO: CLI
+// `collage`: the command-line front end. Exit status: 0 success, 2 bad input (a model,
+// file or argument the user handed us), 1 anything else (a bug or a backend failure).
 #include <fmt/core.h>
-int main() { fmt::print("collage\n"); }
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "collage/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"collage: runs ONNX models fastest by mixing backends"};
+  app.require_subcommand(1);
+  std::map<std::string, collage::cli::Action> actions;
+  actions["run"] = collage::cli::add_run_command(app);
+  actions["info"] = collage::cli::add_info_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    for (auto* sub : app.get_subcommands()) return actions.at(sub->get_name())();
+  } catch (const collage::Error& e) {
+    fmt::print(stderr, "collage: {}: {}\n", collage::error_kind_name(e.kind()), e.what());
+    return e.is_bad_input() ? 2 : 1;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "collage: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "collage: internal error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

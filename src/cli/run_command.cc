@@ -1,0 +1,114 @@
+// collage run MODEL.onnx [--inputs DIR] [--outputs DIR] [--threads N] [--repeat N] [--backend NAME]
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "collage/session.h"
+
+namespace collage::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunOptions {
+  ModelOptions model;
+  std::string inputs_dir, outputs_dir, backend = "reference";
+  int threads = 0, repeat = 1, warmup = 1;
+  uint64_t seed = 1;
+};
+
+std::vector<Tensor> read_inputs(const Graph& graph, const std::string& dir, int64_t max_bytes) {
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < graph.inputs.size(); ++i) {
+    fs::path file = fs::path(dir) / fmt::format("input_{}.pb", i);
+    if (!fs::exists(file))
+      fail(ErrorKind::kIo, "missing input file {} for graph input '{}'", file.string(),
+           graph.value(graph.inputs[i]).name);
+    inputs.push_back(read_tensor_file(file.string(), max_bytes));
+  }
+  return inputs;
+}
+
+// Input shapes from the files, so models with symbolic dims run without --dim.
+void bind_input_shapes(const std::string& model, const std::string& dir, LoadOptions& load) {
+  std::vector<std::string> names = model_input_names(model);
+  for (size_t i = 0; i < names.size(); ++i) {
+    fs::path file = fs::path(dir) / fmt::format("input_{}.pb", i);
+    if (fs::exists(file) && !load.input_shapes.count(names[i]))
+      load.input_shapes[names[i]] = read_tensor_file(file.string(), load.max_tensor_bytes).shape();
+  }
+}
+
+void print_output(size_t i, const std::string& name, const Tensor& t) {
+  double sum = 0, l1 = 0;
+  for (int64_t k = 0; k < t.numel(); ++k) {
+    double x = t.get_as_double(k);
+    sum += x;
+    l1 += std::fabs(x);
+  }
+  fmt::print("output {} '{}': {} {} checksum sum={:.6e} l1={:.6e}\n", i, name,
+             dtype_name(t.dtype()), shape_to_string(t.shape()), sum, l1);
+}
+
+int run(const RunOptions& o) {
+  LoadOptions load = o.model.load_options();
+  if (!o.inputs_dir.empty()) bind_input_shapes(o.model.path, o.inputs_dir, load);
+  SessionOptions options;
+  options.load = load;
+  options.threads = o.threads;
+  options.backend = o.backend;
+  Session session = Session::from_file(o.model.path, options);
+  const Graph& graph = session.graph();
+
+  std::vector<Tensor> inputs = o.inputs_dir.empty()
+                                   ? random_inputs(graph, o.seed)
+                                   : read_inputs(graph, o.inputs_dir, load.max_tensor_bytes);
+  for (int i = 0; i < o.warmup; ++i) session.run_views(inputs);
+  std::vector<double> ms;
+  std::vector<Tensor> outputs;
+  for (int i = 0; i < o.repeat; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    outputs = session.run_views(inputs);
+    auto stop = std::chrono::steady_clock::now();
+    ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
+  }
+  fmt::print("model: {} ({} nodes, opset {}, backend {}, {} threads)\n", o.model.path,
+             graph.num_nodes(), graph.opset, o.backend, thread_budget());
+  for (size_t i = 0; i < outputs.size(); ++i)
+    print_output(i, graph.value(graph.outputs[i]).name, outputs[i]);
+  if (!o.outputs_dir.empty()) {
+    fs::create_directories(o.outputs_dir);
+    for (size_t i = 0; i < outputs.size(); ++i)
+      write_tensor_file((fs::path(o.outputs_dir) / fmt::format("output_{}.pb", i)).string(),
+                        outputs[i], graph.value(graph.outputs[i]).name);
+  }
+  std::sort(ms.begin(), ms.end());
+  fmt::print("latency: median {:.3f} ms, min {:.3f} ms over {} runs\n", ms[ms.size() / 2], ms[0],
+             ms.size());
+  return 0;
+}
+
+}  // namespace
+
+Action add_run_command(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "run a model and print its outputs and latency");
+  o->model.add_to(*cmd);
+  cmd->add_option("--inputs", o->inputs_dir, "folder with input_K.pb (random inputs if absent)");
+  cmd->add_option("--outputs", o->outputs_dir, "folder to write output_K.pb to");
+  cmd->add_option("--threads", o->threads, "thread budget (0 = all cores)")->capture_default_str();
+  cmd->add_option("--repeat", o->repeat, "timed runs")->capture_default_str()->check(
+      CLI::PositiveNumber);
+  cmd->add_option("--warmup", o->warmup, "untimed runs first")->capture_default_str()->check(
+      CLI::NonNegativeNumber);
+  cmd->add_option("--backend", o->backend, "backend for every node it can take")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed of the random inputs")->capture_default_str();
+  return [o] { return run(*o); };
+}
+
+}  // namespace collage::cli

@@ -1,0 +1,90 @@
+#include "collage/session.h"
+
+#include <random>
+
+#include "backends/reference/reference_backend.h"
+#include "runtime/executor.h"
+
+namespace collage {
+namespace {
+
+std::vector<Step> compile_steps(const Graph& graph, const SessionOptions& options) {
+  if (options.backend != "reference")
+    fail(ErrorKind::kInvalidArgument, "unknown backend '{}' (available: reference)",
+         options.backend);
+  std::vector<Step> steps;
+  for (size_t n = 0; n < graph.num_nodes(); ++n) {
+    const Node& node = graph.node(static_cast<NodeId>(n));
+    Step step;
+    step.kernel = compile_reference_node(graph, static_cast<NodeId>(n));
+    step.inputs = node.inputs;
+    step.outputs = node.outputs;
+    step.nodes = {static_cast<NodeId>(n)};
+    step.backend = "reference";
+    steps.push_back(std::move(step));
+  }
+  return steps;
+}
+
+}  // namespace
+
+Session::Session(Graph graph, const SessionOptions& options)
+    : graph_(std::make_unique<Graph>(std::move(graph))) {
+  set_thread_budget(options.threads);
+  executor_ = std::make_unique<Executor>(*graph_, compile_steps(*graph_, options));
+}
+
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+
+Session Session::from_file(const std::string& path, const SessionOptions& options) {
+  return Session(load_model(path, options.load), options);
+}
+
+std::vector<Tensor> Session::run_views(const std::vector<Tensor>& inputs) {
+  return executor_->run(inputs);
+}
+
+std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> outputs = executor_->run(inputs);
+  for (Tensor& t : outputs) t = t.clone();
+  return outputs;
+}
+
+size_t Session::arena_bytes() const { return executor_->arena_bytes(); }
+size_t Session::num_steps() const { return executor_->steps().size(); }
+
+std::vector<std::string> Session::node_backends() const {
+  std::vector<std::string> result(graph_->num_nodes());
+  for (const Step& step : executor_->steps())
+    for (NodeId n : step.nodes) result[n] = step.backend;
+  return result;
+}
+
+std::vector<Tensor> random_inputs(const Graph& graph, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Tensor> inputs;
+  for (ValueId id : graph.inputs) {
+    const Value& v = graph.value(id);
+    Tensor t(v.dtype, v.shape);
+    dispatch_dtype(v.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T* d = t.data<T>();
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        if constexpr (std::is_floating_point_v<T>) {
+          d[i] = static_cast<T>(std::uniform_real_distribution<double>(-1.0, 1.0)(rng));
+        } else if constexpr (std::is_same_v<T, bool>) {
+          d[i] = (rng() & 1) != 0;
+        } else {
+          // Small non-negative integers: valid as indices into any non-trivial table.
+          d[i] = static_cast<T>(rng() % 2);
+        }
+      }
+    });
+    inputs.push_back(std::move(t));
+  }
+  return inputs;
+}
+
+}  // namespace collage
