@@ -26,5 +26,6 @@ struct ModelOptions {
 
 Action add_run_command(CLI::App& app);
 Action add_info_command(CLI::App& app);
+Action add_backends_command(CLI::App& app);
 
 }  // namespace collage::cli

@@ -4,21 +4,36 @@
 
 #include <CLI/CLI.hpp>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/commands.h"
+#include "collage/backend.h"
 #include "collage/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"collage: runs ONNX models fastest by mixing backends"};
   app.require_subcommand(1);
+  // Global options may follow the subcommand name too (`collage run --backend-plugin x.so m.onnx`).
+  app.fallthrough();
+  std::vector<std::string> plugins;
+  app.add_option("--backend-plugin", plugins,
+                 "load third-party backends from this shared library (repeatable)");
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
   std::map<std::string, collage::cli::Action> actions;
   actions["run"] = collage::cli::add_run_command(app);
   actions["info"] = collage::cli::add_info_command(app);
+  actions["backends"] = collage::cli::add_backends_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
+    spdlog::set_level(spdlog::level::from_str(log_level));
+    for (const std::string& plugin : plugins)
+      collage::BackendRegistry::global().load_plugin(plugin);
     for (auto* sub : app.get_subcommands()) return actions.at(sub->get_name())();
   } catch (const collage::Error& e) {
     fmt::print(stderr, "collage: {}: {}\n", collage::error_kind_name(e.kind()), e.what());

@@ -2,28 +2,24 @@
 
 #include <random>
 
-#include "backends/reference/reference_backend.h"
+#include <spdlog/spdlog.h>
+
+#include "collage/backend.h"
 #include "runtime/executor.h"
+#include "runtime/partitioner.h"
 
 namespace collage {
 namespace {
 
 std::vector<Step> compile_steps(const Graph& graph, const SessionOptions& options) {
-  if (options.backend != "reference")
-    fail(ErrorKind::kInvalidArgument, "unknown backend '{}' (available: reference)",
-         options.backend);
-  std::vector<Step> steps;
-  for (size_t n = 0; n < graph.num_nodes(); ++n) {
-    const Node& node = graph.node(static_cast<NodeId>(n));
-    Step step;
-    step.kernel = compile_reference_node(graph, static_cast<NodeId>(n));
-    step.inputs = node.inputs;
-    step.outputs = node.outputs;
-    step.nodes = {static_cast<NodeId>(n)};
-    step.backend = "reference";
-    steps.push_back(std::move(step));
-  }
-  return steps;
+  Backend& backend = BackendRegistry::global().get(options.backend);
+  if (!backend.available())
+    fail(ErrorKind::kInvalidArgument, "backend '{}' cannot run on this machine", backend.name());
+  backend.set_threads(thread_budget());
+  std::vector<std::string> refused;
+  std::vector<Group> groups = place_on_single_backend(graph, backend, &refused);
+  for (const auto& line : refused) spdlog::debug("{}", line);
+  return build_steps(graph, groups);
 }
 
 }  // namespace

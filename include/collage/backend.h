@@ -1,0 +1,99 @@
+// The backend registration API. A backend is a pattern table (what it can run) plus a
+// compile function (how to build a kernel for a matched subgraph). Adding one never
+// touches the core: built-in backends register themselves (COLLAGE_REGISTER_BACKEND), and
+// third-party ones come from a shared library exporting one C function:
+//
+//   extern "C" void collage_register_backends(collage::BackendRegistry* registry) {
+//     registry->add(std::make_shared<MyBackend>());
+//   }
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collage/graph.h"
+#include "collage/kernel.h"
+#include "collage/pattern.h"
+
+namespace collage {
+
+enum class BackendKind {
+  kOpLevel,     // one kernel per operator or small fused group (library calls)
+  kGraphLevel,  // takes whole regions and optimises across kernels (a subgraph runtime)
+};
+const char* backend_kind_name(BackendKind kind);
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  // Library version: part of every cost-cache key, so a library upgrade re-measures.
+  virtual std::string version() const = 0;
+  virtual BackendKind kind() const { return BackendKind::kOpLevel; }
+  // How it uses threads, for `collage backends` (e.g. "OpenMP", "pthreadpool").
+  virtual std::string thread_model() const { return "caller's thread"; }
+  // Extra facts worth showing (e.g. which OpenBLAS kernel is in use).
+  virtual std::vector<std::string> details() const { return {}; }
+  // False when the backend is built but can't run here (e.g. no GPU): it is then skipped.
+  virtual bool available() const { return true; }
+
+  virtual std::vector<PatternEntry> patterns() const = 0;
+  virtual std::vector<FusionRule> fusion_rules() const { return {}; }
+
+  // Builds a kernel for `subgraph`: a standalone graph whose inputs and outputs are the
+  // kernel's (see extract_subgraph). Weight packing and primitive creation happen here,
+  // once. Throws Error (kUnsupported or kBackend) with the reason when it can't.
+  virtual std::unique_ptr<Kernel> compile(const Graph& subgraph) = 0;
+
+  // The process-wide thread budget changed; backends with their own pools resize them.
+  virtual void set_threads(int threads) {}
+};
+
+class BackendRegistry {
+ public:
+  // Bumped whenever Backend/Kernel/Graph change layout: plugins built against another
+  // version are refused.
+  static constexpr int kAbiVersion = 1;
+
+  // The process-wide registry, with every built-in backend registered.
+  static BackendRegistry& global();
+
+  void add(std::shared_ptr<Backend> backend);  // replaces one with the same name
+  Backend* find(const std::string& name) const;
+  // Throws Error(kInvalidArgument) listing the available names.
+  Backend& get(const std::string& name) const;
+  std::vector<Backend*> all() const;
+
+  // dlopen()s `path` and calls its collage_register_backends. Throws Error(kIo) when it
+  // can't be loaded or lacks the function.
+  void load_plugin(const std::string& path);
+  int abi_version() const { return kAbiVersion; }
+
+ private:
+  std::vector<std::shared_ptr<Backend>> backends_;
+};
+
+// Every (node set) the backend's patterns and fusion rules match in `graph`, deduplicated,
+// after the entries' checks and a convexity check. Not yet compiled.
+std::vector<Match> find_matches(const Graph& graph, const Backend& backend);
+
+namespace detail {
+struct BackendRegistrar {
+  explicit BackendRegistrar(std::function<std::shared_ptr<Backend>()> make);
+};
+}  // namespace detail
+
+}  // namespace collage
+
+// Registers a built-in backend when the library loads. Use once, in the backend's .cc file.
+#define COLLAGE_REGISTER_BACKEND(Class) \
+  static ::collage::detail::BackendRegistrar collage_registrar_##Class( \
+      [] { return std::make_shared<Class>(); })
+
+extern "C" {
+// The one function a plugin exports.
+typedef void (*CollageRegisterBackendsFn)(collage::BackendRegistry* registry);
+}
