@@ -52,8 +52,8 @@ class ClampBackend : public collage::Backend {
     auto is_clamp = [](const Graph&, const collage::Node& n) {
       return n.op_type == "Relu" || n.op_type == "Clip";
     };
-    return {collage::fuse_tail("clamp-chain", {"Relu", "Clip"}, {collage::OpKind::kElementwise},
-                               4, is_clamp)};
+    return {collage::fuse_tail("clamp-chain", {"Relu", "Clip"}, {collage::OpKind::kElementwise}, 4,
+                               is_clamp)};
   }
 
   std::unique_ptr<collage::Kernel> compile(const Graph& g) override {

@@ -89,7 +89,7 @@ struct BackendRegistrar {
 }  // namespace collage
 
 // Registers a built-in backend when the library loads. Use once, in the backend's .cc file.
-#define COLLAGE_REGISTER_BACKEND(Class) \
+#define COLLAGE_REGISTER_BACKEND(Class)                                 \
   static ::collage::detail::BackendRegistrar collage_registrar_##Class( \
       [] { return std::make_shared<Class>(); })
 

@@ -26,8 +26,8 @@ struct Value {
   DType dtype = DType::kUndefined;
   Shape shape;
   bool shape_known = false;
-  Tensor constant;         // defined() for initializers and folded values
-  NodeId producer = -1;    // -1 for graph inputs and constants
+  Tensor constant;       // defined() for initializers and folded values
+  NodeId producer = -1;  // -1 for graph inputs and constants
   bool is_constant() const { return constant.defined(); }
 };
 
@@ -44,9 +44,9 @@ struct Attribute {
 };
 
 struct Node {
-  std::string name;     // unique within a graph (import names unnamed nodes)
-  std::string op_type;  // e.g. "Conv"
-  std::string domain;   // "" for the default ONNX domain
+  std::string name;              // unique within a graph (import names unnamed nodes)
+  std::string op_type;           // e.g. "Conv"
+  std::string domain;            // "" for the default ONNX domain
   std::vector<ValueId> inputs;   // kNoValue for omitted optional inputs
   std::vector<ValueId> outputs;  // kNoValue for omitted optional outputs
   std::map<std::string, Attribute> attrs;
@@ -66,7 +66,7 @@ struct Node {
 class Graph {
  public:
   std::string name;
-  int64_t opset = 13;  // default-domain opset the model was imported with
+  int64_t opset = 13;            // default-domain opset the model was imported with
   std::vector<ValueId> inputs;   // runtime inputs, in the model's order (no initializers)
   std::vector<ValueId> outputs;  // in the model's order
 

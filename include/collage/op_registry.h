@@ -18,12 +18,12 @@
 namespace collage {
 
 enum class OpKind {
-  kElementwise,          // out[i] = f(in[i]) on same-shape operands
-  kBroadcast,            // elementwise with numpy broadcasting
-  kInjective,            // each output element reads one input element (Reshape, Transpose, Slice)
-  kReduction,            // reduces along axes (ReduceMean, Softmax's sums)
-  kOutElemwiseFusable,   // Conv, MatMul, Gemm, ConvTranspose: elementwise tails fuse into them
-  kOpaque,               // everything else
+  kElementwise,         // out[i] = f(in[i]) on same-shape operands
+  kBroadcast,           // elementwise with numpy broadcasting
+  kInjective,           // each output element reads one input element (Reshape, Transpose, Slice)
+  kReduction,           // reduces along axes (ReduceMean, Softmax's sums)
+  kOutElemwiseFusable,  // Conv, MatMul, Gemm, ConvTranspose: elementwise tails fuse into them
+  kOpaque,              // everything else
 };
 const char* op_kind_name(OpKind kind);
 

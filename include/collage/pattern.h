@@ -104,7 +104,7 @@ FusionRule fuse_region(std::string name, std::set<OpKind> kinds, int max_nodes,
 // Values a node set reads from outside (in first-use order) and values it produces that are
 // read outside or are graph outputs (in production order): the kernel's boundary.
 struct Boundary {
-  std::vector<ValueId> inputs;   // non-constant values only; constants stay inside
+  std::vector<ValueId> inputs;  // non-constant values only; constants stay inside
   std::vector<ValueId> outputs;
 };
 Boundary boundary_of(const Graph& graph, const std::vector<NodeId>& nodes);

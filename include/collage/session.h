@@ -9,6 +9,7 @@
 
 #include "collage/graph.h"
 #include "collage/model.h"
+#include "collage/plan.h"
 
 namespace collage {
 
@@ -28,6 +29,9 @@ class Executor;
 class Session {
  public:
   Session(Graph graph, const SessionOptions& options);
+  // Runs the placement `plan` (from `collage tune`); refuses a plan made for another model,
+  // warns for one tuned on another machine. options.backend is ignored.
+  Session(Graph graph, const Plan& plan, const SessionOptions& options);
   ~Session();
   Session(Session&&) noexcept;
   Session& operator=(Session&&) noexcept;
@@ -46,6 +50,8 @@ class Session {
   // How many kernels (steps) one run launches, and on which backend each node runs.
   size_t num_steps() const;
   std::vector<std::string> node_backends() const;
+  // The placement this session runs, as a plan (no costs).
+  Plan plan() const;
 
  private:
   // Held by pointer: the executor keeps references into the graph, which must not move.

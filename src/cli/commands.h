@@ -27,5 +27,8 @@ struct ModelOptions {
 Action add_run_command(CLI::App& app);
 Action add_info_command(CLI::App& app);
 Action add_backends_command(CLI::App& app);
+Action add_tune_command(CLI::App& app);
+Action add_show_command(CLI::App& app);
+Action add_bench_command(CLI::App& app);
 
 }  // namespace collage::cli

@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
   actions["run"] = collage::cli::add_run_command(app);
   actions["info"] = collage::cli::add_info_command(app);
   actions["backends"] = collage::cli::add_backends_command(app);
+  actions["tune"] = collage::cli::add_tune_command(app);
+  actions["show"] = collage::cli::add_show_command(app);
+  actions["bench"] = collage::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -16,7 +16,8 @@ namespace fs = std::filesystem;
 
 struct RunOptions {
   ModelOptions model;
-  std::string inputs_dir, outputs_dir, backend = "reference";
+  std::string inputs_dir, outputs_dir, backend = "reference", plan_path;
+  bool verify = false;
   int threads = 0, repeat = 1, warmup = 1;
   uint64_t seed = 1;
 };
@@ -54,6 +55,27 @@ void print_output(size_t i, const std::string& name, const Tensor& t) {
              dtype_name(t.dtype()), shape_to_string(t.shape()), sum, l1);
 }
 
+// --verify: the same inputs through the reference backend; any output outside tolerance is
+// a failure (exit status 1), since the plan or backend computed something wrong.
+void verify_against_reference(const Graph& graph, const std::vector<Tensor>& inputs,
+                              const std::vector<Tensor>& outputs) {
+  Session reference(graph, SessionOptions{});
+  std::vector<Tensor> want = reference.run(inputs);
+  for (size_t i = 0; i < want.size(); ++i) {
+    double scale = 0;
+    for (int64_t k = 0; k < want[i].numel(); ++k)
+      scale = std::max(scale, std::fabs(want[i].get_as_double(k)));
+    for (int64_t k = 0; k < want[i].numel(); ++k) {
+      double a = outputs[i].get_as_double(k), b = want[i].get_as_double(k);
+      if (!(std::fabs(a - b) <= 1e-4 * scale + 1e-3 * std::fabs(b)) &&
+          !(std::isnan(a) && std::isnan(b)))
+        fail(ErrorKind::kBackend, "--verify: output {} element {} is {} but reference gives {}", i,
+             k, a, b);
+    }
+  }
+  fmt::print("verify: outputs match the reference backend\n");
+}
+
 int run(const RunOptions& o) {
   LoadOptions load = o.model.load_options();
   if (!o.inputs_dir.empty()) bind_input_shapes(o.model.path, o.inputs_dir, load);
@@ -61,7 +83,9 @@ int run(const RunOptions& o) {
   options.load = load;
   options.threads = o.threads;
   options.backend = o.backend;
-  Session session = Session::from_file(o.model.path, options);
+  Graph loaded = load_model(o.model.path, load);
+  Session session = o.plan_path.empty() ? Session(loaded, options)
+                                        : Session(loaded, Plan::load(o.plan_path), options);
   const Graph& graph = session.graph();
 
   std::vector<Tensor> inputs = o.inputs_dir.empty()
@@ -76,8 +100,11 @@ int run(const RunOptions& o) {
     auto stop = std::chrono::steady_clock::now();
     ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
   }
-  fmt::print("model: {} ({} nodes, opset {}, backend {}, {} threads)\n", o.model.path,
-             graph.num_nodes(), graph.opset, o.backend, thread_budget());
+  fmt::print("model: {} ({} nodes, opset {}, {}, {} threads, {} kernels)\n", o.model.path,
+             graph.num_nodes(), graph.opset,
+             o.plan_path.empty() ? "backend " + o.backend : "plan " + o.plan_path, thread_budget(),
+             session.num_steps());
+  if (o.verify) verify_against_reference(loaded, inputs, outputs);
   for (size_t i = 0; i < outputs.size(); ++i)
     print_output(i, graph.value(graph.outputs[i]).name, outputs[i]);
   if (!o.outputs_dir.empty()) {
@@ -101,13 +128,17 @@ Action add_run_command(CLI::App& app) {
   cmd->add_option("--inputs", o->inputs_dir, "folder with input_K.pb (random inputs if absent)");
   cmd->add_option("--outputs", o->outputs_dir, "folder to write output_K.pb to");
   cmd->add_option("--threads", o->threads, "thread budget (0 = all cores)")->capture_default_str();
-  cmd->add_option("--repeat", o->repeat, "timed runs")->capture_default_str()->check(
-      CLI::PositiveNumber);
-  cmd->add_option("--warmup", o->warmup, "untimed runs first")->capture_default_str()->check(
-      CLI::NonNegativeNumber);
+  cmd->add_option("--repeat", o->repeat, "timed runs")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", o->warmup, "untimed runs first")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", o->backend, "backend for every node it can take")
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "seed of the random inputs")->capture_default_str();
+  cmd->add_option("--plan", o->plan_path, "run the placement from `collage tune`");
+  cmd->add_flag("--verify", o->verify, "compare the outputs with the reference backend's");
   return [o] { return run(*o); };
 }
 

@@ -17,8 +17,8 @@ FusionRule fuse_tail(std::string name, std::set<std::string> head_ops, std::set<
                      int max_tail, std::function<bool(const Graph&, const Node&)> accept_node) {
   FusionRule rule;
   rule.name = name;
-  rule.description = fmt::format("one of {} followed by up to {} ops of kinds", head_ops.size(),
-                                 max_tail);
+  rule.description =
+      fmt::format("one of {} followed by up to {} ops of kinds", head_ops.size(), max_tail);
   for (OpKind k : tail) rule.description += std::string(" ") + op_kind_name(k);
   rule.generate = [=](const Graph& g) {
     std::vector<Match> out;

@@ -10,7 +10,9 @@ namespace {
 using detail::PatternNode;
 using NodeSets = std::vector<std::vector<NodeId>>;
 
-Pattern make(PatternNode node) { return Pattern(std::make_shared<const PatternNode>(std::move(node))); }
+Pattern make(PatternNode node) {
+  return Pattern(std::make_shared<const PatternNode>(std::move(node)));
+}
 
 // Every way to extend each partial set in `sets` by one set from `options`.
 NodeSets cross(const NodeSets& sets, const NodeSets& options) {
@@ -61,9 +63,12 @@ NodeSets match_node(const PatternNode& p, const Graph& g, ValueId v) {
 
 std::string describe(const PatternNode& p) {
   switch (p.kind) {
-    case PatternNode::Kind::kAny: return "*";
-    case PatternNode::Kind::kConstant: return "const";
-    case PatternNode::Kind::kAbsent: return "none";
+    case PatternNode::Kind::kAny:
+      return "*";
+    case PatternNode::Kind::kConstant:
+      return "const";
+    case PatternNode::Kind::kAbsent:
+      return "none";
     case PatternNode::Kind::kAlt: {
       std::string s = "(";
       for (size_t i = 0; i < p.inputs.size(); ++i)
@@ -81,7 +86,8 @@ std::string describe(const PatternNode& p) {
       }
       if (p.inputs.empty()) return s;
       s += "(";
-      for (size_t i = 0; i < p.inputs.size(); ++i) s += (i ? ", " : "") + describe(p.inputs[i].node());
+      for (size_t i = 0; i < p.inputs.size(); ++i)
+        s += (i ? ", " : "") + describe(p.inputs[i].node());
       return s + ")";
     }
   }
@@ -117,12 +123,22 @@ std::vector<std::vector<NodeId>> Pattern::match(const Graph& graph, ValueId valu
   return sets;
 }
 
-std::string Pattern::to_string() const { return describe(*node_); }
+std::string Pattern::to_string() const {
+  return describe(*node_);
+}
 
-Pattern any() { return make(PatternNode{PatternNode::Kind::kAny, {}, {}, {}, {}}); }
-Pattern constant() { return make(PatternNode{PatternNode::Kind::kConstant, {}, {}, {}, {}}); }
-Pattern absent() { return make(PatternNode{PatternNode::Kind::kAbsent, {}, {}, {}, {}}); }
-Pattern maybe(const Pattern& p) { return p | absent(); }
+Pattern any() {
+  return make(PatternNode{PatternNode::Kind::kAny, {}, {}, {}, {}});
+}
+Pattern constant() {
+  return make(PatternNode{PatternNode::Kind::kConstant, {}, {}, {}, {}});
+}
+Pattern absent() {
+  return make(PatternNode{PatternNode::Kind::kAbsent, {}, {}, {}, {}});
+}
+Pattern maybe(const Pattern& p) {
+  return p | absent();
+}
 
 Pattern op(std::string op_type, std::vector<Pattern> inputs) {
   return op_in({std::move(op_type)}, std::move(inputs));

@@ -63,7 +63,9 @@ Executor::Executor(const Graph& graph, std::vector<Step> steps)
   }
 }
 
-Executor::~Executor() { std::free(arena_); }
+Executor::~Executor() {
+  std::free(arena_);
+}
 
 void Executor::check_inputs(const std::vector<Tensor>& inputs) const {
   if (inputs.size() != graph_.inputs.size())
@@ -84,7 +86,8 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
     const Tensor& slot = value_views_[graph_.inputs[i]];
     if (slot.nbytes()) std::memcpy(slot.raw(), inputs[i].raw(), slot.nbytes());
   }
-  for (size_t s = 0; s < steps_.size(); ++s) steps_[s].kernel->run(step_inputs_[s], step_outputs_[s]);
+  for (size_t s = 0; s < steps_.size(); ++s)
+    steps_[s].kernel->run(step_inputs_[s], step_outputs_[s]);
   std::vector<Tensor> outputs;
   outputs.reserve(graph_.outputs.size());
   for (ValueId v : graph_.outputs) outputs.push_back(value_views_[v]);

@@ -13,7 +13,8 @@
 namespace collage {
 
 struct Step {
-  std::unique_ptr<Kernel> kernel;
+  // Shared: the tuner reuses one compiled kernel across the many sessions it measures.
+  std::shared_ptr<Kernel> kernel;
   std::vector<ValueId> inputs;   // kNoValue for omitted optional inputs
   std::vector<ValueId> outputs;  // kNoValue for omitted optional outputs
   std::vector<NodeId> nodes;     // the graph nodes this step computes

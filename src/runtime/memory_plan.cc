@@ -8,7 +8,9 @@ namespace {
 
 constexpr size_t kAlignment = 64;
 
-size_t align_up(size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+size_t align_up(size_t n) {
+  return (n + kAlignment - 1) / kAlignment * kAlignment;
+}
 
 bool lifetimes_overlap(const BufferRequest& a, const BufferRequest& b) {
   return a.first_step <= b.last_step && b.first_step <= a.last_step;

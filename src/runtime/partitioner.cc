@@ -1,6 +1,7 @@
 #include "runtime/partitioner.h"
 
 #include <algorithm>
+#include <map>
 #include <queue>
 
 #include "backends/reference/reference_backend.h"
@@ -86,7 +87,7 @@ std::vector<Step> build_steps(const Graph& graph, std::vector<Group>& groups) {
     if (s < static_cast<int>(groups.size())) {
       Group& g = groups[s];
       Boundary b = boundary_of(graph, g.nodes);
-      st.kernel = g.kernel ? std::move(g.kernel) : g.backend->compile(extract_subgraph(graph, g.nodes));
+      st.kernel = g.kernel ? g.kernel : g.backend->compile(extract_subgraph(graph, g.nodes));
       st.inputs = b.inputs;
       st.outputs = b.outputs;
       st.nodes = g.nodes;
@@ -102,6 +103,47 @@ std::vector<Step> build_steps(const Graph& graph, std::vector<Group>& groups) {
     steps.push_back(std::move(st));
   }
   return steps;
+}
+
+std::vector<Group> groups_from_plan(const Graph& graph, const Plan& plan) {
+  std::map<std::string, NodeId> by_name;
+  for (size_t n = 0; n < graph.num_nodes(); ++n)
+    by_name[graph.node(static_cast<NodeId>(n)).name] = static_cast<NodeId>(n);
+  std::vector<bool> seen(graph.num_nodes(), false);
+  std::vector<Group> groups;
+  for (const PlanGroup& pg : plan.groups) {
+    Backend* backend = BackendRegistry::global().find(pg.backend);
+    if (!backend)
+      fail(ErrorKind::kInvalidArgument, "the plan uses backend '{}', which is not registered",
+           pg.backend);
+    if (!backend->available())
+      fail(ErrorKind::kInvalidArgument, "the plan uses backend '{}', not available here",
+           pg.backend);
+    Group g;
+    g.backend = backend;
+    for (const std::string& name : pg.nodes) {
+      auto it = by_name.find(name);
+      if (it == by_name.end())
+        fail(ErrorKind::kInvalidArgument, "the plan names node '{}', which the model lacks", name);
+      if (seen[it->second])
+        fail(ErrorKind::kInvalidArgument, "the plan places node '{}' twice", name);
+      seen[it->second] = true;
+      g.nodes.push_back(it->second);
+    }
+    std::sort(g.nodes.begin(), g.nodes.end());
+    // Reference groups run node by node: no need to extract and compile them as one.
+    if (backend->name() != "reference") groups.push_back(std::move(g));
+  }
+  for (size_t n = 0; n < graph.num_nodes(); ++n)
+    if (!seen[n])
+      fail(ErrorKind::kInvalidArgument, "the plan does not place node '{}'",
+           graph.node(static_cast<NodeId>(n)).name);
+  std::vector<int> group_of(graph.num_nodes(), -1);
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (NodeId n : groups[g].nodes) group_of[n] = static_cast<int>(g);
+  if (!groups_are_acyclic(graph, group_of))
+    fail(ErrorKind::kInvalidArgument, "the plan's groups depend on each other in a cycle");
+  return groups;
 }
 
 std::vector<Group> place_on_single_backend(const Graph& graph, Backend& backend,
@@ -128,7 +170,7 @@ std::vector<Group> place_on_single_backend(const Graph& graph, Backend& backend,
         continue;
       for (NodeId x : match.nodes) group_of[x] = static_cast<int>(groups.size());
       bool ok = groups_are_acyclic(graph, group_of);
-      std::unique_ptr<Kernel> kernel;
+      std::shared_ptr<Kernel> kernel;
       if (ok) {
         try {
           kernel = backend.compile(extract_subgraph(graph, match.nodes));

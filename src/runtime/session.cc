@@ -7,6 +7,7 @@
 #include "collage/backend.h"
 #include "runtime/executor.h"
 #include "runtime/partitioner.h"
+#include "search/hardware.h"
 
 namespace collage {
 namespace {
@@ -30,6 +31,29 @@ Session::Session(Graph graph, const SessionOptions& options)
   executor_ = std::make_unique<Executor>(*graph_, compile_steps(*graph_, options));
 }
 
+Session::Session(Graph graph, const Plan& plan, const SessionOptions& options)
+    : graph_(std::make_unique<Graph>(std::move(graph))) {
+  set_thread_budget(options.threads);
+  if (plan.model_hash != model_hash(*graph_))
+    fail(ErrorKind::kInvalidArgument,
+         "this plan was made for another model (plan model hash {}, this model {}); re-run "
+         "`collage tune`",
+         plan.model_hash, model_hash(*graph_));
+  std::string here = this_machine(thread_budget()).fingerprint();
+  if (!plan.hardware.empty() && plan.hardware != here)
+    spdlog::warn("this plan was tuned on another machine or thread count ({}); this is {}",
+                 plan.hardware, here);
+  for (const auto& [name, version] : plan.backend_versions) {
+    Backend* b = BackendRegistry::global().find(name);
+    if (b && b->version() != version)
+      spdlog::warn("backend {} is version {} here, the plan was tuned with {}", name, b->version(),
+                   version);
+  }
+  std::vector<Group> groups = groups_from_plan(*graph_, plan);
+  for (Group& g : groups) g.backend->set_threads(thread_budget());
+  executor_ = std::make_unique<Executor>(*graph_, build_steps(*graph_, groups));
+}
+
 Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
@@ -48,14 +72,34 @@ std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs) {
   return outputs;
 }
 
-size_t Session::arena_bytes() const { return executor_->arena_bytes(); }
-size_t Session::num_steps() const { return executor_->steps().size(); }
+size_t Session::arena_bytes() const {
+  return executor_->arena_bytes();
+}
+size_t Session::num_steps() const {
+  return executor_->steps().size();
+}
 
 std::vector<std::string> Session::node_backends() const {
   std::vector<std::string> result(graph_->num_nodes());
   for (const Step& step : executor_->steps())
     for (NodeId n : step.nodes) result[n] = step.backend;
   return result;
+}
+
+Plan Session::plan() const {
+  Plan plan;
+  plan.model_hash = model_hash(*graph_);
+  plan.hardware = this_machine(thread_budget()).fingerprint();
+  plan.threads = thread_budget();
+  for (const Step& step : executor_->steps()) {
+    PlanGroup g;
+    g.backend = step.backend;
+    for (NodeId n : step.nodes) g.nodes.push_back(graph_->node(n).name);
+    if (Backend* b = BackendRegistry::global().find(step.backend))
+      plan.backend_versions[step.backend] = b->version();
+    plan.groups.push_back(std::move(g));
+  }
+  return plan;
 }
 
 std::vector<Tensor> random_inputs(const Graph& graph, uint64_t seed) {

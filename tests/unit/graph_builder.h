@@ -20,7 +20,9 @@ class GraphBuilder {
     graph_.inputs.push_back(v);
     return v;
   }
-  ValueId constant(const std::string& name, Tensor t) { return graph_.add_constant(name, std::move(t)); }
+  ValueId constant(const std::string& name, Tensor t) {
+    return graph_.add_constant(name, std::move(t));
+  }
   // Random float32 constant in [-scale, scale).
   ValueId random_constant(const std::string& name, Shape shape, float scale = 1.0f) {
     Tensor t(DType::kFloat32, std::move(shape));

@@ -32,10 +32,10 @@ struct Fixture {
     y = g.add_value("y", DType::kFloat32, {4}, true);
     add = g.add_value("add", DType::kFloat32, {4}, true);
     g.inputs = {x};
-    g.add_node(Node{"c", "PConv", "", {x, w}, {conv}, {}});           // 0
-    g.add_node(Node{"r", "PRelu1", "", {conv}, {relu}, {}});          // 1
-    g.add_node(Node{"r2", "PRelu1", "", {x}, {y}, {}});               // 2
-    g.add_node(Node{"a", "PAdd", "", {relu, y}, {add}, {}});          // 3
+    g.add_node(Node{"c", "PConv", "", {x, w}, {conv}, {}});   // 0
+    g.add_node(Node{"r", "PRelu1", "", {conv}, {relu}, {}});  // 1
+    g.add_node(Node{"r2", "PRelu1", "", {x}, {y}, {}});       // 2
+    g.add_node(Node{"a", "PAdd", "", {relu, y}, {add}, {}});  // 3
     g.outputs = {add};
   }
 };
@@ -61,8 +61,7 @@ TEST(Pattern, AlternativesAndPredicates) {
   Fixture f;
   Pattern relu_then_add = op("PAdd", {op("PRelu1"), any()}) | op("PAdd", {any(), op("PRelu1")});
   // Both alternatives match: via the first input (node 1) and via the second (node 2).
-  EXPECT_EQ(relu_then_add.match(f.g, f.add),
-            (std::vector<std::vector<NodeId>>{{1, 3}, {2, 3}}));
+  EXPECT_EQ(relu_then_add.match(f.g, f.add), (std::vector<std::vector<NodeId>>{{1, 3}, {2, 3}}));
   Pattern never = op("PAdd").where([](const Graph&, const Node&) { return false; }, "never");
   EXPECT_TRUE(never.match(f.g, f.add).empty());
   EXPECT_NE(never.to_string().find("never"), std::string::npos);
@@ -102,8 +101,8 @@ TEST(Subgraph, InteriorValueReadOutsideBecomesAnOutput) {
 TEST(FusionRules, TailAndRegion) {
   Fixture f;
   auto any_node = [](const Graph&, const Node&) { return true; };
-  FusionRule tail = fuse_tail("t", {"PConv"}, {OpKind::kElementwise, OpKind::kBroadcast}, 3,
-                              any_node);
+  FusionRule tail =
+      fuse_tail("t", {"PConv"}, {OpKind::kElementwise, OpKind::kBroadcast}, 3, any_node);
   std::vector<Match> t = tail.generate(f.g);
   ASSERT_EQ(t.size(), 2u);
   EXPECT_EQ(t[0].nodes, (std::vector<NodeId>{0, 1}));

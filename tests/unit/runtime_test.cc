@@ -14,8 +14,8 @@ TEST(MemoryPlan, OverlappingLifetimesNeverShareBytes) {
   std::vector<BufferRequest> requests;
   for (int i = 0; i < 200; ++i) {
     int first = static_cast<int>(rng() % 50);
-    requests.push_back({static_cast<size_t>(rng() % 10000 + 1), first,
-                        first + static_cast<int>(rng() % 10)});
+    requests.push_back(
+        {static_cast<size_t>(rng() % 10000 + 1), first, first + static_cast<int>(rng() % 10)});
   }
   MemoryPlan plan = plan_memory(requests);
   for (size_t a = 0; a < requests.size(); ++a) {
@@ -42,9 +42,7 @@ void register_add_one() {
   OpDef def;
   def.name = "CollageTestAddOne";
   def.kind = OpKind::kElementwise;
-  def.infer = [](InferContext& ctx) {
-    ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
-  };
+  def.infer = [](InferContext& ctx) { ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0)); };
   def.reference = [](const Graph&, const Node&) -> RefKernel {
     return [](std::span<const Tensor> in, std::span<const Tensor> out) {
       const float* x = in[0].data<float>();

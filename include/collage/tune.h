@@ -1,0 +1,64 @@
+// Automatic backend placement: measure every candidate (subgraph, backend) on this machine,
+// find the fastest cover of the model (op-level search), refine it with graph-level backends
+// by measuring whole plans (evolutionary search), and never return a plan slower than the
+// best single-backend plan.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "collage/graph.h"
+#include "collage/plan.h"
+
+namespace collage {
+
+enum class Optimizer { kOpLevel, kTwoLevel };
+
+struct TuneProgress {
+  std::string phase;  // "measuring", "graph-level search", "comparing"
+  size_t done = 0, total = 0;
+  size_t cache_hits = 0, failed = 0;
+  double elapsed_s = 0, eta_s = -1;  // eta < 0: unknown
+  std::string detail;
+};
+
+struct TuneOptions {
+  std::vector<std::string> backends;  // empty = every available backend; reference is always in
+  Optimizer optimizer = Optimizer::kTwoLevel;
+  double budget_s = 60;      // wall clock for the graph-level search
+  std::string cost_db_path;  // empty = CostDb::default_path()
+  int threads = 0;           // 0 = all cores
+  uint64_t seed = 1;
+  std::function<void(const TuneProgress&)> progress;
+};
+
+struct PlanTiming {
+  std::string name;  // "tuned", "onednn", "blas", ... (single-backend plans)
+  double predicted_ms = 0;
+  double measured_ms = 0;
+  size_t steps = 0;
+};
+
+struct BackendShare {
+  std::string backend;
+  size_t nodes = 0;
+  double cost_ms = 0;  // sum of its groups' measured costs
+};
+
+struct TuneResult {
+  Plan plan;                         // the winner
+  std::string winner;                // "tuned" or the single backend that won
+  std::vector<PlanTiming> timings;   // tuned first, then each single-backend plan
+  std::vector<BackendShare> shares;  // of the winning plan
+  size_t candidates = 0, cache_hits = 0, measured = 0, failed = 0;
+  double step_overhead_ms = 0;
+  size_t generations = 0, genomes_evaluated = 0;
+  std::vector<std::string> failures;  // one line per failed candidate
+  std::string cost_db_path;
+  double seconds = 0;
+};
+
+TuneResult tune(const Graph& graph, const TuneOptions& options = {});
+
+}  // namespace collage

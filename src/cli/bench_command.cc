@@ -1,0 +1,76 @@
+// collage bench MODEL.onnx [--plan PLAN.json]: median latency of the tuned plan and of each
+// single-backend plan, measured side by side (interleaved rounds), and the predicted one.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "cli/commands.h"
+#include "collage/backend.h"
+#include "collage/session.h"
+
+namespace collage::cli {
+namespace {
+
+struct BenchOptions {
+  ModelOptions model;
+  std::string plan_path;
+  int repeat = 20, threads = 0;
+};
+
+int bench(const BenchOptions& o) {
+  Graph graph = load_model(o.model.path, o.model.load_options());
+  SessionOptions base;
+  base.threads = o.threads;
+  std::vector<std::string> names;
+  std::vector<Session> sessions;
+  double predicted = 0;
+  if (!o.plan_path.empty()) {
+    Plan plan = Plan::load(o.plan_path);
+    predicted = plan.predicted_ms;
+    sessions.emplace_back(graph, plan, base);
+    names.push_back("tuned");
+  }
+  for (Backend* b : BackendRegistry::global().all()) {
+    if (b->name() == "reference" || !b->available()) continue;
+    SessionOptions options = base;
+    options.backend = b->name();
+    sessions.emplace_back(graph, options);
+    names.push_back(b->name());
+  }
+  std::vector<Tensor> inputs = random_inputs(graph, 1);
+  std::vector<std::vector<double>> samples(sessions.size());
+  for (auto& s : sessions) s.run_views(inputs);
+  for (int r = 0; r < o.repeat; ++r)
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      sessions[i].run_views(inputs);
+      samples[i].push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+  fmt::print("{} ({} threads, {} interleaved rounds)\n", o.model.path, thread_budget(), o.repeat);
+  fmt::print("  {:<16} {:>12} {:>12} {:>7}\n", "plan", "median ms", "min ms", "steps");
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    std::sort(samples[i].begin(), samples[i].end());
+    fmt::print("  {:<16} {:>12.3f} {:>12.3f} {:>7}\n", names[i], samples[i][samples[i].size() / 2],
+               samples[i][0], sessions[i].num_steps());
+  }
+  if (!o.plan_path.empty()) fmt::print("  {:<16} {:>12.3f}\n", "predicted", predicted);
+  return 0;
+}
+
+}  // namespace
+
+Action add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "time a plan against every single-backend plan");
+  o->model.add_to(*cmd);
+  cmd->add_option("--plan", o->plan_path, "plan from `collage tune`");
+  cmd->add_option("--repeat", o->repeat, "interleaved rounds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", o->threads, "thread budget (0 = all cores)")->capture_default_str();
+  return [o] { return bench(*o); };
+}
+
+}  // namespace collage::cli

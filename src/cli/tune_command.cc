@@ -1,0 +1,96 @@
+// collage tune MODEL.onnx -o PLAN.json [--backends a,b,c] [--optimizer op-level|two-level]
+//                         [--budget S] [--cost-db PATH] [--threads N]
+#include <fmt/core.h>
+
+#include "cli/commands.h"
+#include "cli/progress_bar.h"
+#include "collage/session.h"
+#include "collage/tune.h"
+
+namespace collage::cli {
+namespace {
+
+struct TuneCommandOptions {
+  ModelOptions model;
+  std::string plan_path;
+  std::vector<std::string> backends;
+  std::string optimizer = "two-level";
+  double budget = 60;
+  std::string cost_db;
+  int threads = 0;
+  bool verbose = false;
+};
+
+void print_result(const TuneResult& r) {
+  fmt::print(
+      "tuned in {:.1f} s: {} candidates ({} measured, {} cache hits, {} failed); "
+      "step overhead {:.2f} us; cost db {}\n",
+      r.seconds, r.candidates, r.measured, r.cache_hits, r.failed, r.step_overhead_ms * 1000,
+      r.cost_db_path);
+  if (r.genomes_evaluated)
+    fmt::print("graph-level search: {} generations, {} plans measured\n", r.generations,
+               r.genomes_evaluated);
+  fmt::print("\nplacement of the winning plan ({}):\n", r.winner);
+  fmt::print("  {:<16} {:>6} {:>12} {:>8}\n", "backend", "nodes", "cost ms", "share");
+  double total = 0;
+  for (const auto& s : r.shares) total += s.cost_ms;
+  for (const auto& s : r.shares)
+    fmt::print("  {:<16} {:>6} {:>12.3f} {:>7.1f}%\n", s.backend, s.nodes, s.cost_ms,
+               total > 0 ? 100 * s.cost_ms / total : 0);
+  fmt::print("\nend-to-end latency, measured side by side (median):\n");
+  fmt::print("  {:<16} {:>13} {:>13} {:>7} {:>10}\n", "plan", "predicted ms", "measured ms",
+             "steps", "speed-up");
+  double tuned_ms = r.timings.empty() ? 0 : r.timings[0].measured_ms;
+  for (const auto& t : r.timings)
+    fmt::print("  {:<16} {:>13.3f} {:>13.3f} {:>7} {:>9.2f}x\n", t.name, t.predicted_ms,
+               t.measured_ms, t.steps, t.measured_ms / tuned_ms);
+}
+
+int run_tune(const TuneCommandOptions& o) {
+  Graph graph = load_model(o.model.path, o.model.load_options());
+  TuneOptions options;
+  options.backends = o.backends;
+  if (o.optimizer == "op-level")
+    options.optimizer = Optimizer::kOpLevel;
+  else if (o.optimizer == "two-level")
+    options.optimizer = Optimizer::kTwoLevel;
+  else
+    fail(ErrorKind::kInvalidArgument, "--optimizer must be op-level or two-level, got '{}'",
+         o.optimizer);
+  options.budget_s = o.budget;
+  options.cost_db_path = o.cost_db;
+  options.threads = o.threads;
+  ProgressBar bar;
+  options.progress = [&](const TuneProgress& p) { bar.update(p); };
+  TuneResult result = tune(graph, options);
+  bar.finish();
+  result.plan.save(o.plan_path);
+  print_result(result);
+  if (o.verbose)
+    for (const auto& f : result.failures) fmt::print("failed: {}\n", f);
+  else if (!result.failures.empty())
+    fmt::print("{} candidates failed (--verbose lists them)\n", result.failures.size());
+  fmt::print("\nplan written to {}\n", o.plan_path);
+  return 0;
+}
+
+}  // namespace
+
+Action add_tune_command(CLI::App& app) {
+  auto o = std::make_shared<TuneCommandOptions>();
+  CLI::App* cmd = app.add_subcommand("tune", "find the fastest placement of a model's parts");
+  o->model.add_to(*cmd);
+  cmd->add_option("-o,--output", o->plan_path, "where to write the plan (JSON)")->required();
+  cmd->add_option("--backends", o->backends, "comma-separated backends (default: all)")
+      ->delimiter(',');
+  cmd->add_option("--optimizer", o->optimizer, "op-level or two-level")->capture_default_str();
+  cmd->add_option("--budget", o->budget, "seconds for the graph-level search")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--cost-db", o->cost_db, "cost database (default ~/.cache/collage/costs.db)");
+  cmd->add_option("--threads", o->threads, "thread budget (0 = all cores)")->capture_default_str();
+  cmd->add_flag("-v,--verbose", o->verbose, "list every failed candidate");
+  return [o] { return run_tune(*o); };
+}
+
+}  // namespace collage::cli

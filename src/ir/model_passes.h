@@ -1,0 +1,29 @@
+// Internals shared by the importer and the graph passes (the public passes are in
+// collage/model.h).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collage/graph.h"
+
+namespace collage {
+
+// A type the model declares for a value (graph output or value_info).
+struct DeclaredType {
+  std::string name;
+  int32_t elem_type = 0;                              // 0: not declared
+  std::optional<std::vector<std::optional<int64_t>>> dims;  // nullopt dim: symbolic/unknown
+};
+using DeclaredTypes = std::vector<DeclaredType>;
+
+// Error(kShape) naming the value when an inferred type contradicts a declared one. Dims
+// are compared only when `check_dims` (inputs were not given other shapes).
+void check_declared_types(const Graph& graph, const DeclaredTypes& declared, bool check_dims);
+
+// Drops the constants infer_shapes attached to node outputs, so every node computes its
+// outputs at run time (import without optimisation).
+void detach_folded_constants(Graph& graph);
+
+}  // namespace collage

@@ -1,0 +1,37 @@
+// Shared by the ONNX importer and the TensorProto file IO: the one place that turns
+// protobuf bytes and TensorProtos into collage objects with every size and path checked.
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <cstdint>
+#include <string>
+
+#include "collage/tensor.h"
+
+namespace google::protobuf {
+class MessageLite;
+}
+
+namespace collage::onnx_util {
+
+// The whole file as bytes; Error(kIo) naming it when it cannot be read.
+std::string read_file(const std::string& path);
+
+// Parses `bytes` into `message` with a byte limit sized to the input and protobuf's
+// recursion guard; Error(kParse) naming `what` on truncated or corrupt bytes.
+void parse_message(const std::string& bytes, google::protobuf::MessageLite& message,
+                   const std::string& what);
+
+// Maps an ONNX TensorProto.DataType to a DType collage can store; Error(kUnsupported)
+// naming `what` otherwise.
+DType dtype_from_onnx(int32_t data_type, const std::string& what);
+
+// Converts a TensorProto (raw_data, typed fields or external data) into an owning Tensor.
+// External data is read from below `base_dir` ("" forbids external data).
+Tensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& base_dir,
+                         int64_t max_tensor_bytes);
+
+onnx::TensorProto tensor_to_proto(const Tensor& tensor, const std::string& name);
+
+}  // namespace collage::onnx_util

@@ -1,0 +1,320 @@
+// Graph passes: shape inference (which folds constants as it goes), constant folding
+// clean-up and dead-code removal.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "collage/model.h"
+#include "collage/op_registry.h"
+#include "ir/model_passes.h"
+
+namespace collage {
+namespace {
+
+// Folding trades load time and memory for run time; beyond this a folded value is more
+// likely a weight blown up by a Tile/Expand than a shape computation, so it is left to run.
+constexpr int64_t kFoldLimitBytes = int64_t{64} << 20;
+
+// Folding these would freeze one sample of what should differ per run.
+bool is_nondeterministic(const Node& node) {
+  static const std::set<std::string> ops = {"RandomNormal",     "RandomUniform",
+                                            "RandomNormalLike", "RandomUniformLike",
+                                            "Bernoulli",        "Multinomial"};
+  return ops.count(node.op_type) != 0;
+}
+
+std::string qualified_op(const Node& node) {
+  return node.domain.empty() ? node.op_type : node.domain + "." + node.op_type;
+}
+
+// Fails listing every unsupported op, so one run tells a user everything that is missing.
+void check_all_supported(const Graph& graph) {
+  std::map<std::string, std::string> missing;  // op -> first node using it
+  for (const Node& node : graph.nodes())
+    if (!OpRegistry::global().find(node.op_type, node.domain))
+      missing.emplace(qualified_op(node), node.name);
+  if (missing.empty()) return;
+  const auto& [op, node] = *missing.begin();
+  std::string all;
+  for (const auto& [name, first] : missing) all += (all.empty() ? "" : ", ") + name;
+  fail(ErrorKind::kUnsupported, "node '{}': op '{}' is not supported ({} unsupported op{}: {})",
+       node, op, missing.size(), missing.size() == 1 ? "" : "s", all);
+}
+
+// --- Opset 1-6 semantics, rewritten into what the opset-7+ shape functions expect. ---
+
+void use_reshaped_constant(Graph& graph, NodeId id, size_t input, Shape shape) {
+  ValueId v = graph.node(id).inputs[input];
+  if (!graph.value(v).is_constant())
+    fail(ErrorKind::kUnsupported,
+         "node '{}' ({}): opset-{} broadcasting of computed input '{}' is not supported",
+         graph.node(id).name, graph.node(id).op_type, graph.opset, graph.value(v).name);
+  Tensor t = graph.value(v).constant.reshaped(std::move(shape));
+  std::string name = graph.value(v).name + "/" + graph.node(id).name + "/legacy_broadcast";
+  ValueId nv = graph.add_constant(std::move(name), std::move(t));
+  graph.node(id).inputs[input] = nv;
+}
+
+// Before opset 7, `broadcast=1` aligned B with A starting at `axis` (default: trailing).
+void normalize_legacy_broadcast(Graph& graph, NodeId id) {
+  Node& node = graph.node(id);
+  bool broadcast = node.attr_int("broadcast", 0) != 0;
+  if (broadcast && node.inputs.size() == 2 && node.inputs[0] != kNoValue &&
+      node.inputs[1] != kNoValue) {
+    auto ra = static_cast<int64_t>(graph.value(node.inputs[0]).shape.size());
+    Shape b = graph.value(node.inputs[1]).shape;
+    auto rb = static_cast<int64_t>(b.size());
+    int64_t axis = node.has_attr("axis") ? node.attr_int("axis", 0) : ra - rb;
+    if (axis < 0) axis += ra;
+    int64_t trailing = ra - axis - rb;
+    if (axis < 0 || trailing < 0)
+      fail(ErrorKind::kShape, "node '{}' ({}): legacy broadcast axis {} does not fit ranks {} and {}",
+           node.name, node.op_type, node.attr_int("axis", 0), ra, rb);
+    if (trailing > 0) {
+      b.insert(b.end(), trailing, 1);
+      use_reshaped_constant(graph, id, 1, std::move(b));
+    }
+  }
+  graph.node(id).attrs.erase("broadcast");
+  graph.node(id).attrs.erase("axis");
+}
+
+// Before opset 7, a PRelu slope of size C applied per channel (axis 1).
+void normalize_legacy_prelu(Graph& graph, NodeId id) {
+  const Node& node = graph.node(id);
+  if (node.inputs.size() != 2 || node.inputs[0] == kNoValue || node.inputs[1] == kNoValue) return;
+  const Shape& x = graph.value(node.inputs[0]).shape;
+  const Shape& slope = graph.value(node.inputs[1]).shape;
+  if (x.size() < 3 || slope.size() != 1 || slope[0] == 1 || slope[0] != x[1]) return;
+  Shape shape(x.size() - 1, 1);
+  shape[0] = slope[0];
+  use_reshaped_constant(graph, id, 1, std::move(shape));
+}
+
+void normalize_legacy(Graph& graph, NodeId id) {
+  static const std::set<std::string> broadcast_ops = {
+      "Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater", "Less"};
+  Node& node = graph.node(id);
+  if (graph.opset >= 7 || !node.domain.empty()) return;
+  if (node.op_type == "Gemm") node.attrs.erase("broadcast");
+  if (node.op_type == "PRelu") normalize_legacy_prelu(graph, id);
+  if (broadcast_ops.count(node.op_type)) normalize_legacy_broadcast(graph, id);
+}
+
+// --- Inference and folding of one node. ---
+
+void check_inputs_typed(const Graph& graph, const Node& node) {
+  for (ValueId v : node.inputs)
+    if (v != kNoValue && (!graph.value(v).shape_known || graph.value(v).dtype == DType::kUndefined))
+      fail(ErrorKind::kInternal, "node '{}' ({}): input '{}' has no inferred type", node.name,
+           node.op_type, graph.value(v).name);
+}
+
+void check_size(const Node& node, const Value& v, int64_t max_bytes) {
+  int64_t numel = shape_numel(v.shape);
+  auto size = static_cast<int64_t>(std::max<size_t>(dtype_size(v.dtype), 1));
+  if (numel > max_bytes / size)
+    fail(ErrorKind::kLimit, "node '{}' ({}): output '{}' of shape {} ({}) exceeds the limit of {} bytes",
+         node.name, node.op_type, v.name, shape_to_string(v.shape), dtype_name(v.dtype), max_bytes);
+}
+
+void infer_node(Graph& graph, NodeId id, const OpDef& def, const std::vector<bool>& used,
+                const LoadOptions& options) {
+  Node& node = graph.node(id);
+  InferContext ctx(graph, node);
+  try {
+    def.infer(ctx);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(ErrorKind::kInternal, "node '{}' ({}): shape inference failed: {}", node.name,
+         node.op_type, e.what());
+  }
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    ValueId v = node.outputs[i];
+    if (v == kNoValue) continue;
+    Value& value = graph.value(v);
+    if (!ctx.output_set(i)) {
+      if (used[v])
+        fail(ErrorKind::kUnsupported, "node '{}' ({}): output {} ('{}') is not supported",
+             node.name, node.op_type, i, value.name);
+      // An optional output nobody reads: the node need not produce it.
+      node.outputs[i] = kNoValue;
+      value.producer = -1;
+      continue;
+    }
+    value.dtype = ctx.output_dtype(i);
+    value.shape = ctx.output_shape(i);
+    value.shape_known = true;
+    if (dtype_size(value.dtype) == 0)
+      fail(ErrorKind::kInternal, "node '{}' ({}): inferred element type {} for output '{}'",
+           node.name, node.op_type, dtype_name(value.dtype), value.name);
+    check_size(node, value, options.max_tensor_bytes);
+  }
+}
+
+bool is_shape_query(const Node& node) {
+  return node.domain.empty() && (node.op_type == "Shape" || node.op_type == "Size");
+}
+
+// Shape and Size only need the input's shape, which is always known: computing them here
+// avoids materialising (possibly huge) input data.
+Tensor eval_shape_query(const Graph& graph, const Node& node) {
+  const Shape& in = graph.value(node.inputs.at(0)).shape;
+  if (node.op_type == "Size") return Tensor::scalar<int64_t>(shape_numel(in));
+  auto rank = static_cast<int64_t>(in.size());
+  auto clamp = [&](int64_t a) { return std::clamp(a < 0 ? a + rank : a, int64_t{0}, rank); };
+  int64_t start = clamp(node.attr_int("start", 0));
+  int64_t end = clamp(node.attr_int("end", rank));
+  std::vector<int64_t> dims(in.begin() + start, in.begin() + std::max(start, end));
+  return Tensor::from_vector<int64_t>({static_cast<int64_t>(dims.size())}, dims);
+}
+
+bool can_fold(const Graph& graph, const Node& node, const OpDef& def) {
+  if (is_nondeterministic(node)) return false;
+  if (is_shape_query(node)) return node.inputs.size() == 1 && node.inputs[0] != kNoValue;
+  if (!def.reference) return false;
+  for (ValueId v : node.inputs)
+    if (v != kNoValue && !graph.value(v).is_constant()) return false;
+  int64_t bytes = 0;
+  for (ValueId v : node.outputs) {
+    if (v == kNoValue) continue;
+    const Value& value = graph.value(v);
+    if (!value.shape_known) return false;
+    bytes += shape_numel(value.shape) * static_cast<int64_t>(dtype_size(value.dtype));
+  }
+  return bytes <= kFoldLimitBytes;
+}
+
+std::vector<Tensor> run_reference(const Graph& graph, const Node& node, const OpDef& def) {
+  std::vector<Tensor> ins;
+  for (ValueId v : node.inputs) ins.push_back(v == kNoValue ? Tensor() : graph.value(v).constant);
+  std::vector<Tensor> outs;
+  for (ValueId v : node.outputs)
+    outs.push_back(v == kNoValue ? Tensor() : Tensor(graph.value(v).dtype, graph.value(v).shape));
+  RefKernel kernel = def.reference(graph, node);
+  kernel(ins, outs);
+  return outs;
+}
+
+void fold_node(Graph& graph, NodeId id, const OpDef& def) {
+  const Node& node = graph.node(id);
+  std::vector<Tensor> outs;
+  try {
+    if (is_shape_query(node))
+      outs.push_back(eval_shape_query(graph, node));
+    else
+      outs = run_reference(graph, node, def);
+  } catch (const Error& e) {
+    throw Error(e.kind(), fmt::format("node '{}' ({}): constant folding failed: {}", node.name,
+                                      node.op_type, e.what()));
+  } catch (const std::exception& e) {
+    fail(ErrorKind::kInternal, "node '{}' ({}): constant folding failed: {}", node.name,
+         node.op_type, e.what());
+  }
+  for (size_t i = 0; i < node.outputs.size() && i < outs.size(); ++i) {
+    if (node.outputs[i] == kNoValue) continue;
+    Value& value = graph.value(node.outputs[i]);
+    if (outs[i].shape() != value.shape || outs[i].dtype() != value.dtype)
+      fail(ErrorKind::kInternal, "node '{}' ({}): folded output '{}' is {} {}, inferred {} {}",
+           node.name, node.op_type, value.name, dtype_name(outs[i].dtype()),
+           shape_to_string(outs[i].shape()), dtype_name(value.dtype),
+           shape_to_string(value.shape));
+    value.constant = std::move(outs[i]);
+  }
+}
+
+bool outputs_all_constant(const Graph& graph, const Node& node) {
+  for (ValueId v : node.outputs)
+    if (v != kNoValue && !graph.value(v).is_constant()) return false;
+  return true;
+}
+
+}  // namespace
+
+void infer_shapes(Graph& graph, const LoadOptions& options) {
+  check_all_supported(graph);
+  for (ValueId v : graph.inputs)
+    if (!graph.value(v).shape_known)
+      fail(ErrorKind::kShape, "input '{}' has no static shape", graph.value(v).name);
+  std::vector<bool> used(graph.num_values(), false);
+  for (const Node& node : graph.nodes())
+    for (ValueId v : node.inputs)
+      if (v != kNoValue) used[v] = true;
+  for (ValueId v : graph.outputs) used[v] = true;
+
+  for (NodeId id = 0; id < static_cast<NodeId>(graph.num_nodes()); ++id) {
+    const OpDef& def = *OpRegistry::global().find(graph.node(id).op_type, graph.node(id).domain);
+    check_inputs_typed(graph, graph.node(id));
+    normalize_legacy(graph, id);
+    infer_node(graph, id, def, used, options);
+    // Folding right away lets later shape functions see computed shapes as constants.
+    if (can_fold(graph, graph.node(id), def)) fold_node(graph, id, def);
+  }
+}
+
+void fold_constants(Graph& graph, const LoadOptions& options) {
+  std::vector<bool> remove(graph.num_nodes(), false);
+  for (NodeId id = 0; id < static_cast<NodeId>(graph.num_nodes()); ++id) {
+    const Node& node = graph.node(id);
+    if (!outputs_all_constant(graph, node)) {
+      const OpDef* def = OpRegistry::global().find(node.op_type, node.domain);
+      if (!def || !can_fold(graph, node, *def)) continue;
+      fold_node(graph, id, *def);
+    }
+    remove[id] = true;
+  }
+  // prune() detaches the producers: the folded outputs become plain constants.
+  graph.prune(remove);
+}
+
+void remove_dead_code(Graph& graph) {
+  std::vector<bool> live(graph.num_values(), false);
+  for (ValueId v : graph.outputs) live[v] = true;
+  std::vector<bool> remove(graph.num_nodes(), true);
+  for (auto id = static_cast<NodeId>(graph.num_nodes()) - 1; id >= 0; --id) {
+    const Node& node = graph.node(id);
+    bool needed = std::any_of(node.outputs.begin(), node.outputs.end(),
+                              [&](ValueId v) { return v != kNoValue && live[v]; });
+    if (!needed) continue;
+    remove[id] = false;
+    for (ValueId v : node.inputs)
+      if (v != kNoValue) live[v] = true;
+  }
+  graph.prune(remove);
+}
+
+void detach_folded_constants(Graph& graph) {
+  for (const Node& node : graph.nodes())
+    for (ValueId v : node.outputs)
+      if (v != kNoValue) graph.value(v).constant = Tensor();
+}
+
+void check_declared_types(const Graph& graph, const DeclaredTypes& declared, bool check_dims) {
+  std::unordered_map<std::string, ValueId> by_name;
+  for (size_t i = 0; i < graph.num_values(); ++i)
+    by_name.emplace(graph.value(static_cast<ValueId>(i)).name, static_cast<ValueId>(i));
+  for (const DeclaredType& d : declared) {
+    auto it = by_name.find(d.name);
+    if (it == by_name.end()) continue;
+    const Value& v = graph.value(it->second);
+    if (!v.shape_known) continue;
+    if (d.elem_type != 0 && d.elem_type != static_cast<int32_t>(v.dtype))
+      fail(ErrorKind::kShape, "value '{}': the model declares element type {} but collage infers {}",
+           d.name, dtype_name(static_cast<DType>(d.elem_type)), dtype_name(v.dtype));
+    if (!check_dims || !d.dims) continue;
+    bool match = d.dims->size() == v.shape.size();
+    for (size_t i = 0; match && i < v.shape.size(); ++i)
+      match = !(*d.dims)[i] || *(*d.dims)[i] == v.shape[i];
+    if (!match) {
+      std::string declared_shape = "[";
+      for (size_t i = 0; i < d.dims->size(); ++i)
+        declared_shape += (i ? "," : "") + ((*d.dims)[i] ? std::to_string(*(*d.dims)[i]) : "?");
+      fail(ErrorKind::kShape, "value '{}': the model declares shape {} but collage infers {}",
+           d.name, declared_shape + "]", shape_to_string(v.shape));
+    }
+  }
+}
+
+}  // namespace collage

@@ -1,0 +1,110 @@
+// Shared pieces of the tensor (shape/injective) op group: attribute/input helpers for
+// shape functions, and one copy engine that most data-movement kernels reduce to.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collage/op_registry.h"
+
+namespace collage::ops {
+
+// Sub-group registration, all called from register_tensor_ops().
+void register_tensor_shape_ops(OpRegistry& registry);   // Reshape, Shape, Constant, Range...
+void register_tensor_layout_ops(OpRegistry& registry);  // Transpose, Concat, Slice, Pad...
+void register_tensor_index_ops(OpRegistry& registry);   // Gather*, Scatter*, OneHot...
+void register_tensor_resize_ops(OpRegistry& registry);  // Resize, Upsample
+
+// Throws kUnsupported naming the node: for valid ONNX that collage does not implement.
+template <typename... Args>
+[[noreturn]] void tensor_unsupported(const Node& node, fmt::format_string<Args...> format,
+                                     Args&&... args) {
+  throw Error(ErrorKind::kUnsupported,
+              fmt::format("node '{}' ({}): {}", node.name, node.op_type,
+                          fmt::format(format, std::forward<Args>(args)...)));
+}
+
+// Data-movement ops work on any dtype with a fixed element size; this rejects the rest.
+void tensor_require_movable(const InferContext& ctx, size_t input);
+// Rejects dtypes the value-interpreting kernels (Range, Resize...) do not compute in.
+void tensor_require_dtype_in(const InferContext& ctx, size_t input,
+                             std::initializer_list<DType> allowed);
+
+// Shapes recorded on the graph after inference, for kernel factories.
+inline const Shape& tensor_input_shape(const Graph& g, const Node& n, size_t i) {
+  return g.value(n.inputs.at(i)).shape;
+}
+inline DType tensor_input_dtype(const Graph& g, const Node& n, size_t i) {
+  return g.value(n.inputs.at(i)).dtype;
+}
+inline const Shape& tensor_output_shape(const Graph& g, const Node& n, size_t i) {
+  return g.value(n.outputs.at(i)).shape;
+}
+inline DType tensor_output_dtype(const Graph& g, const Node& n, size_t i) {
+  return g.value(n.outputs.at(i)).dtype;
+}
+
+// An OpDef of this group (all in the default domain).
+OpDef tensor_op(const char* name, OpKind kind, InferFn infer, RefKernelFactory reference,
+                bool value_dependent_shape = false);
+
+// Product of dims [from, to): the outer/inner block sizes around an axis.
+inline int64_t tensor_product(const Shape& s, size_t from, size_t to) {
+  int64_t p = 1;
+  for (size_t i = from; i < to; ++i) p *= s[i];
+  return p;
+}
+
+// Kernels of this group address elements by byte offset, whatever their dtype.
+inline const std::byte* tensor_bytes(const Tensor& t) {
+  return static_cast<const std::byte*>(t.raw());
+}
+inline std::byte* tensor_bytes_mut(const Tensor& t) {
+  return static_cast<std::byte*>(t.raw());
+}
+
+// Clamps `v` to [lo, hi].
+inline int64_t tensor_clamp(int64_t v, int64_t lo, int64_t hi) {
+  return v < lo ? lo : (v > hi ? hi : v);
+}
+
+// A kernel that copies its single input to its single output unchanged (Reshape,
+// Identity, Squeeze...): the bytes of a row-major tensor do not depend on its shape.
+RefKernel tensor_memcpy_kernel();
+RefKernel tensor_memcpy_factory(const Graph& graph, const Node& node);
+
+// Marks an output element that takes the fill value instead of an input element. Small
+// enough that a sum of one per dimension still cannot overflow, large enough that any
+// such sum stays negative next to real offsets (which are < 2^56 elements).
+constexpr int64_t kTensorFill = -(int64_t{1} << 56);
+
+// out[i_0, ..., i_{r-1}] = in[maps[0][i_0] + ... + maps[r-1][i_{r-1}]] (offsets in
+// elements), or the fill value when any map entry is kTensorFill. Transpose, Slice,
+// Expand, Tile, Pad, DepthToSpace and nearest Resize are all this with different maps.
+// Built once in a kernel factory; run() only loops, copying contiguous rows with memcpy.
+class TensorGatherPlan {
+ public:
+  TensorGatherPlan() = default;
+  TensorGatherPlan(Shape out_dims, std::vector<std::vector<int64_t>> maps, size_t elem_size);
+
+  // A strided view: out[i] = in[offset + sum_k i_k * strides[k]]. Merges dimensions that
+  // are contiguous in both tensors first, so a Transpose of [B,S,H,D] copies D-long rows.
+  static TensorGatherPlan strided(const Shape& out_dims, const std::vector<int64_t>& in_strides,
+                                  int64_t offset, size_t elem_size);
+
+  // `fill` points at one element (needed only when a map holds kTensorFill).
+  void run(const std::byte* in, std::byte* out, const std::byte* fill = nullptr) const;
+
+ private:
+  void copy_row(const std::byte* in, std::byte* out, int64_t base, const std::byte* fill) const;
+
+  Shape dims_;
+  std::vector<std::vector<int64_t>> maps_;
+  size_t elem_ = 0;
+  int64_t numel_ = 0;
+  bool inner_contiguous_ = false;  // the last map is consecutive offsets without fills
+};
+
+}  // namespace collage::ops

@@ -1,0 +1,99 @@
+#include "search/canonical.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <map>
+
+namespace collage {
+namespace {
+
+constexpr int64_t kValuesInKey = 16;
+
+std::string attribute_text(const Attribute& a) {
+  switch (a.type) {
+    case Attribute::Type::kFloat:
+      return fmt::format("f{}", a.f);
+    case Attribute::Type::kInt:
+      return fmt::format("i{}", a.i);
+    case Attribute::Type::kString:
+      return fmt::format("s'{}'", a.s);
+    case Attribute::Type::kFloats:
+      return fmt::format("F[{}]", fmt::join(a.floats, ","));
+    case Attribute::Type::kInts:
+      return fmt::format("I[{}]", fmt::join(a.ints, ","));
+    case Attribute::Type::kStrings:
+      return fmt::format("S[{}]", fmt::join(a.strings, ","));
+    case Attribute::Type::kTensor:
+      return fmt::format("T{}{}", dtype_name(a.t.dtype()), shape_to_string(a.t.shape()));
+  }
+  return "?";
+}
+
+std::string constant_text(const Tensor& t) {
+  std::string s = fmt::format("const {}{}", dtype_name(t.dtype()), shape_to_string(t.shape()));
+  if (t.numel() <= kValuesInKey) {
+    s += "=";
+    for (int64_t i = 0; i < t.numel(); ++i)
+      s += fmt::format("{}{}", i ? "," : "", t.get_as_double(i));
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string canonical_text(const Graph& g) {
+  std::map<ValueId, int> number;
+  std::string text = fmt::format("opset {}\n", g.opset);
+  auto ref = [&](ValueId v) -> std::string {
+    if (v == kNoValue) return "_";
+    auto it = number.find(v);
+    if (it != number.end()) return fmt::format("%{}", it->second);
+    int id = static_cast<int>(number.size());
+    number[v] = id;
+    const Value& value = g.value(v);
+    // A value seen first as an input: a constant or a boundary input.
+    text += fmt::format("%{} = {}\n", id,
+                        value.is_constant() ? constant_text(value.constant)
+                                            : fmt::format("input {}{}", dtype_name(value.dtype),
+                                                          shape_to_string(value.shape)));
+    return fmt::format("%{}", id);
+  };
+  for (ValueId v : g.inputs) ref(v);
+  for (const Node& n : g.nodes()) {
+    std::vector<std::string> ins;
+    for (ValueId v : n.inputs) ins.push_back(ref(v));
+    std::string line = fmt::format("{}{}{}({})", n.domain, n.domain.empty() ? "" : ".", n.op_type,
+                                   fmt::join(ins, ", "));
+    for (const auto& [key, attr] : n.attrs)
+      line += fmt::format(" {}={}", key, attribute_text(attr));
+    std::vector<std::string> outs;
+    for (ValueId v : n.outputs) {
+      if (v == kNoValue) {
+        outs.push_back("_");
+        continue;
+      }
+      int id = static_cast<int>(number.size());
+      number[v] = id;
+      const Value& value = g.value(v);
+      outs.push_back(
+          fmt::format("%{}:{}{}", id, dtype_name(value.dtype), shape_to_string(value.shape)));
+    }
+    text += fmt::format("{} = {}\n", fmt::join(outs, ", "), line);
+  }
+  std::vector<std::string> outs;
+  for (ValueId v : g.outputs) outs.push_back(ref(v));
+  text += fmt::format("return {}\n", fmt::join(outs, ", "));
+  return text;
+}
+
+std::string digest(const std::string& text) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+}  // namespace collage

@@ -1,0 +1,18 @@
+// The canonical text of a subgraph: what a measured cost depends on, and nothing else.
+// Value and node names are replaced by positions, so the same layer in two models (or twice
+// in one model) gets the same key. Big constants contribute their dtype and shape only
+// (timing does not depend on weight values); small ones (shape vectors, scalars such as a
+// Clip bound or a Pow exponent) contribute their values, because they change what runs.
+#pragma once
+
+#include <string>
+
+#include "collage/graph.h"
+
+namespace collage {
+
+std::string canonical_text(const Graph& subgraph);
+// A short stable digest of a string (FNV-1a 64, hex): for keys and file names.
+std::string digest(const std::string& text);
+
+}  // namespace collage

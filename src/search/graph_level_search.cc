@@ -1,0 +1,113 @@
+#include "search/graph_level_search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+
+namespace collage {
+
+EvolutionResult evolve(const std::vector<std::vector<int>>& choices,
+                       const std::vector<Genome>& seeds,
+                       const std::function<double(const Genome&)>& fitness,
+                       const EvolutionOptions& options,
+                       const std::function<void(const EvolutionResult&)>& on_generation) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto elapsed_s = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  std::mt19937_64 rng(options.seed);
+  const size_t n = choices.size();
+  std::map<Genome, double> cache;
+  EvolutionResult result;
+  result.best_fitness = std::numeric_limits<double>::infinity();
+
+  auto evaluate = [&](const Genome& g) {
+    auto it = cache.find(g);
+    if (it != cache.end()) return it->second;
+    double f = fitness(g);
+    cache[g] = f;
+    ++result.evaluations;
+    if (f < result.best_fitness) {
+      result.best_fitness = f;
+      result.best = g;
+    }
+    return f;
+  };
+  auto random_gene = [&](size_t i) {
+    return choices[i][std::uniform_int_distribution<size_t>(0, choices[i].size() - 1)(rng)];
+  };
+
+  std::vector<Genome> population = seeds;
+  if (population.empty()) population.push_back(Genome(n, 0));
+  for (Genome& g : population) g.resize(n, 0);
+  while (static_cast<int>(population.size()) < options.population) {
+    Genome g(n);
+    for (size_t i = 0; i < n; ++i) g[i] = random_gene(i);
+    population.push_back(std::move(g));
+  }
+  // Genes with a single choice never change: nothing to search.
+  bool searchable =
+      std::any_of(choices.begin(), choices.end(), [](const auto& c) { return c.size() > 1; });
+  std::vector<double> scores;
+  for (const Genome& g : population) {
+    scores.push_back(evaluate(g));
+    if (elapsed_s() > options.budget_s) break;
+  }
+  if (!searchable) return result;
+
+  double best_seen = result.best_fitness;
+  int stale = 0;
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  auto pick = [&] {
+    size_t best = std::uniform_int_distribution<size_t>(0, scores.size() - 1)(rng);
+    for (int t = 1; t < options.tournament; ++t) {
+      size_t c = std::uniform_int_distribution<size_t>(0, scores.size() - 1)(rng);
+      if (scores[c] < scores[best]) best = c;
+    }
+    return population[best];
+  };
+  while (result.generations < static_cast<size_t>(options.max_generations) &&
+         elapsed_s() < options.budget_s) {
+    std::vector<Genome> next = {result.best};  // elitism: the best survives unchanged
+    std::vector<double> next_scores = {result.best_fitness};
+    while (static_cast<int>(next.size()) < options.population && elapsed_s() < options.budget_s) {
+      Genome a = pick(), b = pick();
+      if (n > 1 && unit(rng) < options.crossover_probability) {
+        size_t p = std::uniform_int_distribution<size_t>(0, n - 1)(rng);
+        size_t q = std::uniform_int_distribution<size_t>(0, n - 1)(rng);
+        if (p > q) std::swap(p, q);
+        for (size_t i = p; i <= q; ++i) std::swap(a[i], b[i]);
+      }
+      if (unit(rng) < options.mutation_probability) {
+        bool changed = false;
+        for (size_t i = 0; i < n; ++i)
+          if (unit(rng) < options.gene_mutation_probability) {
+            a[i] = random_gene(i);
+            changed = true;
+          }
+        if (!changed) {
+          size_t i = std::uniform_int_distribution<size_t>(0, n - 1)(rng);
+          a[i] = random_gene(i);
+        }
+      }
+      next_scores.push_back(evaluate(a));
+      next.push_back(std::move(a));
+    }
+    population = std::move(next);
+    scores = std::move(next_scores);
+    ++result.generations;
+    if (on_generation) on_generation(result);
+    // Converged: relative improvement under 0.5 % for `patience` generations.
+    if (result.best_fitness < best_seen * 0.995) {
+      best_seen = result.best_fitness;
+      stale = 0;
+    } else if (++stale >= options.patience) {
+      break;
+    }
+  }
+  return result;
+}
+
+}  // namespace collage

@@ -1,0 +1,149 @@
+#include "search/measure.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "collage/session.h"
+#include "runtime/graph_kernel.h"
+#include "search/canonical.h"
+
+namespace collage {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+std::vector<Tensor> allocate_outputs(const Graph& g) {
+  std::vector<Tensor> outs;
+  for (ValueId v : g.outputs) outs.emplace_back(g.value(v).dtype, g.value(v).shape);
+  return outs;
+}
+
+// Empty when the outputs agree; else a description of the worst element.
+std::string compare(const std::vector<Tensor>& got, const std::vector<Tensor>& want, double rtol,
+                    double atol_fraction) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    double scale = 0;
+    for (int64_t k = 0; k < want[i].numel(); ++k)
+      scale = std::max(scale, std::fabs(want[i].get_as_double(k)));
+    double atol = atol_fraction * scale + 1e-6;
+    for (int64_t k = 0; k < want[i].numel(); ++k) {
+      double a = got[i].get_as_double(k), b = want[i].get_as_double(k);
+      if (std::isnan(a) && std::isnan(b)) continue;
+      if (!(std::fabs(a - b) <= atol + rtol * std::fabs(b)))
+        return fmt::format("wrong result: output {} element {} is {} but reference says {}", i, k,
+                           a, b);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+Measurer::Measurer(CostDb* db, Hardware hardware, MeasureOptions options)
+    : db_(db), hardware_(std::move(hardware)), options_(options) {}
+
+MeasureResult Measurer::measure(const Graph& model, const std::vector<NodeId>& nodes,
+                                Backend& backend) {
+  Graph sub = extract_subgraph(model, nodes);
+  std::string canonical = canonical_text(sub);
+  std::string key =
+      CostDb::make_key(canonical, backend.name(), backend.version(), hardware_.fingerprint());
+  if (db_)
+    if (auto hit = db_->find(key)) return {*hit, true};
+  CostRecord record = measure_uncached(sub, canonical, backend);
+  if (db_) db_->put(key, backend.name(), hardware_.fingerprint(), canonical, record);
+  return {record, false};
+}
+
+const std::vector<Tensor>& Measurer::reference_outputs(const Graph& sub,
+                                                       const std::string& canonical,
+                                                       const std::vector<Tensor>& inputs) {
+  auto it = reference_cache_.find(canonical);
+  if (it != reference_cache_.end()) return it->second;
+  std::vector<Tensor> outs = allocate_outputs(sub);
+  Backend& reference = BackendRegistry::global().get("reference");
+  reference.compile(sub)->run(inputs, outs);
+  return reference_cache_[canonical] = std::move(outs);
+}
+
+CostRecord Measurer::measure_uncached(const Graph& sub, const std::string& canonical,
+                                      Backend& backend) {
+  CostRecord failed;
+  failed.ok = false;
+  failed.milliseconds = std::numeric_limits<double>::infinity();
+  try {
+    std::unique_ptr<Kernel> kernel = backend.compile(sub);
+    // Same seed for every backend: the reference outputs are computed once per subgraph.
+    std::vector<Tensor> inputs = random_inputs(sub, 17);
+    std::vector<Tensor> outputs = allocate_outputs(sub);
+    kernel->run(inputs, outputs);
+    if (options_.verify && backend.name() != "reference") {
+      std::string mismatch = compare(outputs, reference_outputs(sub, canonical, inputs),
+                                     options_.rtol, options_.atol_fraction);
+      if (!mismatch.empty()) {
+        failed.reason = mismatch;
+        return failed;
+      }
+    }
+    CostRecord ok;
+    ok.milliseconds = time_kernel(*kernel, inputs, outputs);
+    return ok;
+  } catch (const std::exception& e) {
+    failed.reason = e.what();
+    return failed;
+  }
+}
+
+double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
+                             const std::vector<Tensor>& outputs) const {
+  for (int i = 0; i < options_.warmup; ++i) kernel.run(inputs, outputs);
+  std::vector<double> samples;
+  auto start = Clock::now();
+  while (static_cast<int>(samples.size()) < options_.max_repeats) {
+    auto t0 = Clock::now();
+    kernel.run(inputs, outputs);
+    samples.push_back(ms_since(t0));
+    if (static_cast<int>(samples.size()) >= options_.min_repeats) {
+      std::vector<double> sorted = samples;
+      std::sort(sorted.begin(), sorted.end());
+      double median = sorted[sorted.size() / 2];
+      double iqr = sorted[sorted.size() * 3 / 4] - sorted[sorted.size() / 4];
+      if (iqr <= options_.max_spread * median || ms_since(start) > options_.budget_ms) break;
+    }
+  }
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+double measure_step_overhead_ms() {
+  // A chain of Identity nodes on one float: the kernels do ~nothing, so the time per step
+  // is the executor's dispatch cost.
+  constexpr int kSteps = 200;
+  Graph g;
+  ValueId prev = g.add_value("x", DType::kFloat32, {1}, true);
+  g.inputs = {prev};
+  for (int i = 0; i < kSteps; ++i) {
+    ValueId next = g.add_value("v" + std::to_string(i), DType::kFloat32, {1}, true);
+    g.add_node(Node{"n" + std::to_string(i), "Identity", "", {prev}, {next}, {}});
+    prev = next;
+  }
+  g.outputs = {prev};
+  Session session(std::move(g), SessionOptions{});
+  std::vector<Tensor> inputs = {Tensor(DType::kFloat32, {1})};
+  std::vector<double> samples;
+  for (int i = 0; i < 51; ++i) {
+    auto t0 = Clock::now();
+    session.run_views(inputs);
+    samples.push_back(ms_since(t0) / kSteps);
+  }
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+}  // namespace collage

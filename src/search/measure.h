@@ -1,0 +1,61 @@
+// Measures what a candidate (node set, backend) costs on this machine: compile it as a
+// standalone kernel, feed random inputs of the right shapes (constants keep their real
+// values), check its outputs once against reference, warm up, repeat until the spread is
+// small or the per-candidate budget is spent, keep the median. Results go through the cost
+// database, so nothing known is measured twice. A candidate that fails to compile, throws
+// or computes a wrong result costs +inf with the reason recorded.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collage/backend.h"
+#include "search/cost_db.h"
+#include "search/hardware.h"
+
+namespace collage {
+
+struct MeasureOptions {
+  int warmup = 2;
+  int min_repeats = 5;
+  int max_repeats = 100;
+  double max_spread = 0.03;  // stop when the interquartile range is this fraction of the median
+  double budget_ms = 1500;   // per candidate, warm-up and verification excluded
+  bool verify = true;
+  double rtol = 1e-3;
+  double atol_fraction = 1e-4;  // atol = this x max|reference|: scale-free absolute slack
+};
+
+struct MeasureResult {
+  CostRecord record;
+  bool cache_hit = false;
+};
+
+class Measurer {
+ public:
+  Measurer(CostDb* db, Hardware hardware, MeasureOptions options);
+
+  MeasureResult measure(const Graph& model, const std::vector<NodeId>& nodes, Backend& backend);
+  // Times an already compiled kernel on `inputs`: the median in milliseconds.
+  double time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
+                     const std::vector<Tensor>& outputs) const;
+  const Hardware& hardware() const { return hardware_; }
+
+ private:
+  CostRecord measure_uncached(const Graph& subgraph, const std::string& canonical,
+                              Backend& backend);
+  const std::vector<Tensor>& reference_outputs(const Graph& subgraph, const std::string& canonical,
+                                               const std::vector<Tensor>& inputs);
+
+  CostDb* db_;
+  Hardware hardware_;
+  MeasureOptions options_;
+  std::map<std::string, std::vector<Tensor>> reference_cache_;  // by canonical text
+};
+
+// The fixed cost of one executor step on this machine (dispatch, argument passing), in
+// milliseconds: measured with a chain of trivial kernels. The paper hand-tuned it (0.01 ms).
+double measure_step_overhead_ms();
+
+}  // namespace collage

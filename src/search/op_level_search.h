@@ -1,0 +1,34 @@
+// The op-level search (the paper's DP, in TVM's Dijkstra formulation): the cheapest cover of
+// the graph by disjoint candidates under an additive cost model.
+//
+// State = the set of covered nodes. From a state, only candidates containing the first
+// uncovered node (in topological order) are expanded: every cover is reached in exactly one
+// order, so symmetric orderings are never explored. A candidate is also expanded only when
+// everything it reads from outside is already covered ("ready"), so each path of the search
+// is an executable order of kernels and no cover has groups that depend on each other in a
+// cycle. The first state popped that covers everything is optimal.
+#pragma once
+
+#include <vector>
+
+#include "collage/graph.h"
+
+namespace collage {
+
+struct SearchCandidate {
+  std::vector<NodeId> nodes;  // sorted
+  int backend = 0;            // an index the caller gives meaning to
+  double cost_ms = 0;         // measured; +inf = unusable
+};
+
+struct OpLevelResult {
+  std::vector<int> chosen;  // indices into the candidate list, in execution order
+  double cost_ms = 0;       // sum of chosen costs + one step overhead per chosen candidate
+  size_t states_explored = 0;
+};
+
+// Throws Error(kInternal) when no cover exists (a node no candidate can run).
+OpLevelResult op_level_search(const Graph& graph, const std::vector<SearchCandidate>& candidates,
+                              double step_overhead_ms);
+
+}  // namespace collage

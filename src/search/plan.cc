@@ -1,0 +1,83 @@
+#include "collage/plan.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "collage/error.h"
+#include "search/canonical.h"
+
+namespace collage {
+
+using nlohmann::json;
+
+std::string model_hash(const Graph& graph) {
+  std::string names;
+  for (const Node& n : graph.nodes()) names += n.name + "\n";
+  return digest(canonical_text(graph) + names);
+}
+
+std::string Plan::to_json() const {
+  json j;
+  j["format"] = "collage-plan";
+  j["version"] = 1;
+  j["model_hash"] = model_hash;
+  j["hardware"] = hardware;
+  j["threads"] = threads;
+  j["backend_versions"] = backend_versions;
+  j["optimizer"] = optimizer;
+  j["predicted_ms"] = predicted_ms;
+  j["measured_ms"] = measured_ms;
+  json groups = json::array();
+  for (const PlanGroup& g : this->groups)
+    groups.push_back({{"backend", g.backend}, {"cost_ms", g.cost_ms}, {"nodes", g.nodes}});
+  j["groups"] = groups;
+  return j.dump(2);
+}
+
+Plan Plan::from_json(const std::string& text) {
+  Plan plan;
+  try {
+    json j = json::parse(text);
+    if (j.value("format", "") != "collage-plan")
+      fail(ErrorKind::kParse, "not a collage plan (missing \"format\": \"collage-plan\")");
+    if (j.value("version", 0) != 1)
+      fail(ErrorKind::kUnsupported, "plan format version {} is not supported",
+           j.value("version", 0));
+    plan.model_hash = j.at("model_hash").get<std::string>();
+    plan.hardware = j.value("hardware", "");
+    plan.threads = j.value("threads", 0);
+    plan.backend_versions = j.value("backend_versions", std::map<std::string, std::string>{});
+    plan.optimizer = j.value("optimizer", "");
+    plan.predicted_ms = j.value("predicted_ms", 0.0);
+    plan.measured_ms = j.value("measured_ms", 0.0);
+    for (const json& g : j.at("groups")) {
+      PlanGroup group;
+      group.backend = g.at("backend").get<std::string>();
+      group.cost_ms = g.value("cost_ms", 0.0);
+      group.nodes = g.at("nodes").get<std::vector<std::string>>();
+      if (group.nodes.empty()) fail(ErrorKind::kParse, "a plan group has no nodes");
+      plan.groups.push_back(std::move(group));
+    }
+  } catch (const json::exception& e) {
+    fail(ErrorKind::kParse, "malformed plan: {}", e.what());
+  }
+  return plan;
+}
+
+void Plan::save(const std::string& path) const {
+  std::ofstream out(path);
+  if (!out) fail(ErrorKind::kIo, "cannot write plan to '{}'", path);
+  out << to_json() << "\n";
+  if (!out) fail(ErrorKind::kIo, "cannot write plan to '{}'", path);
+}
+
+Plan Plan::load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(ErrorKind::kIo, "cannot read plan '{}'", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return from_json(text.str());
+}
+
+}  // namespace collage

@@ -1,0 +1,395 @@
+// collage::tune: candidates -> measured costs -> op-level search -> graph-level search ->
+// never-worse comparison against every single-backend plan.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "collage/backend.h"
+#include "collage/session.h"
+#include "collage/tune.h"
+#include "runtime/executor.h"
+#include "runtime/partitioner.h"
+#include "search/cost_db.h"
+#include "search/graph_level_search.h"
+#include "search/hardware.h"
+#include "search/measure.h"
+#include "search/op_level_search.h"
+
+namespace collage {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::vector<Backend*> select_backends(const TuneOptions& options) {
+  BackendRegistry& registry = BackendRegistry::global();
+  std::vector<Backend*> out = {&registry.get("reference")};
+  if (options.backends.empty()) {
+    for (Backend* b : registry.all())
+      if (b->name() != "reference" && b->available()) out.push_back(b);
+  } else {
+    for (const std::string& name : options.backends) {
+      Backend& b = registry.get(name);
+      if (!b.available())
+        fail(ErrorKind::kInvalidArgument, "backend '{}' is not available on this machine", name);
+      if (std::find(out.begin(), out.end(), &b) == out.end()) out.push_back(&b);
+    }
+  }
+  return out;
+}
+
+// Everything the tuner knows about one (node set, backend): its measured cost and, once
+// compiled for an end-to-end measurement, its kernel.
+struct MeasuredCandidate {
+  std::vector<NodeId> nodes;
+  Backend* backend;
+  double cost_ms;
+};
+
+class Tuner {
+ public:
+  Tuner(const Graph& graph, const TuneOptions& options)
+      : graph_(graph),
+        options_(options),
+        start_(Clock::now()),
+        backends_(select_backends(options)),
+        hardware_(this_machine(thread_budget())),
+        db_(options.cost_db_path.empty() ? CostDb::default_path() : options.cost_db_path),
+        measurer_(&db_, hardware_, MeasureOptions{}) {
+    for (Backend* b : backends_) b->set_threads(thread_budget());
+    result_.cost_db_path = db_.path();
+  }
+
+  TuneResult run() {
+    measure_candidates();
+    result_.step_overhead_ms = measure_step_overhead_ms();
+    std::vector<int> chosen = search_op_level();
+    std::vector<Group> tuned = to_groups(chosen);
+    if (options_.optimizer == Optimizer::kTwoLevel) tuned = search_graph_level(std::move(tuned));
+    compare_and_pick(std::move(tuned));
+    result_.seconds = seconds_since(start_);
+    return std::move(result_);
+  }
+
+ private:
+  void report(const std::string& phase, size_t done, size_t total, double eta,
+              const std::string& detail = "") {
+    if (!options_.progress) return;
+    TuneProgress p;
+    p.phase = phase;
+    p.done = done;
+    p.total = total;
+    p.cache_hits = result_.cache_hits;
+    p.failed = result_.failed;
+    p.elapsed_s = seconds_since(start_);
+    p.eta_s = eta;
+    p.detail = detail;
+    options_.progress(p);
+  }
+
+  void measure_candidates() {
+    std::vector<std::pair<Match, Backend*>> todo;
+    for (Backend* b : backends_)
+      for (Match& m : find_matches(graph_, *b)) todo.emplace_back(std::move(m), b);
+    result_.candidates = todo.size();
+    double measuring_s = 0;
+    size_t measured = 0;
+    for (size_t i = 0; i < todo.size(); ++i) {
+      auto& [match, backend] = todo[i];
+      auto t0 = Clock::now();
+      MeasureResult r = measurer_.measure(graph_, match.nodes, *backend);
+      if (r.cache_hit) {
+        ++result_.cache_hits;
+      } else {
+        ++measured;
+        measuring_s += seconds_since(t0);
+      }
+      if (!r.record.ok) {
+        ++result_.failed;
+        result_.failures.push_back(fmt::format("{} on {} nodes from '{}': {}", backend->name(),
+                                               match.nodes.size(), graph_.node(match.nodes[0]).name,
+                                               r.record.reason));
+      }
+      candidates_.push_back({match.nodes, backend, r.record.milliseconds});
+      // ETA: the mean time of a measurement so far, times what is left (cache hits are free,
+      // so this errs on the long side).
+      double eta = measured ? measuring_s / measured * (todo.size() - i - 1) : -1;
+      report("measuring", i + 1, todo.size(), eta, backend->name());
+    }
+    result_.measured = measured;
+  }
+
+  std::vector<int> search_op_level() {
+    std::vector<SearchCandidate> search;
+    for (const auto& c : candidates_) search.push_back({c.nodes, 0, c.cost_ms});
+    OpLevelResult r = op_level_search(graph_, search, result_.step_overhead_ms);
+    spdlog::info("op-level search: {} states, predicted {:.3f} ms", r.states_explored, r.cost_ms);
+    return r.chosen;
+  }
+
+  std::vector<Group> to_groups(const std::vector<int>& chosen) const {
+    std::vector<Group> groups;
+    for (int c : chosen)
+      groups.push_back(Group{candidates_[c].nodes, candidates_[c].backend, nullptr});
+    return groups;
+  }
+
+  // The measured cost of a group; groups never proposed as candidates (merged graph-level
+  // regions, single-backend plans' leftovers) are measured now, through the cost database.
+  double cost_of(const std::vector<NodeId>& nodes, Backend* backend) {
+    for (const auto& c : candidates_)
+      if (c.backend == backend && c.nodes == nodes) return c.cost_ms;
+    double ms = measurer_.measure(graph_, nodes, *backend).record.milliseconds;
+    candidates_.push_back({nodes, backend, ms});
+    return ms;
+  }
+
+  // Sum of the groups' measured costs + one step overhead each (reference groups run one
+  // step per node). NaN when a group was never measured alone (a merged region).
+  double predict(const std::vector<Group>& groups) {
+    double total = 0;
+    for (const Group& g : groups) {
+      if (g.backend->name() == "reference") {
+        for (NodeId n : g.nodes) total += cost_of({n}, g.backend) + result_.step_overhead_ms;
+      } else {
+        total += cost_of(g.nodes, g.backend) + result_.step_overhead_ms;
+      }
+    }
+    return total;
+  }
+
+  // Lone nodes (not in any group) run on reference: make that explicit.
+  std::vector<Group> complete(std::vector<Group> groups) const {
+    std::vector<bool> covered(graph_.num_nodes(), false);
+    for (const Group& g : groups)
+      for (NodeId n : g.nodes) covered[n] = true;
+    Backend* reference = &BackendRegistry::global().get("reference");
+    for (size_t n = 0; n < graph_.num_nodes(); ++n)
+      if (!covered[n]) groups.push_back(Group{{static_cast<NodeId>(n)}, reference, nullptr});
+    return groups;
+  }
+
+  // A compiled kernel per (backend, nodes), shared by every plan measured end to end.
+  std::shared_ptr<Kernel> kernel_for(const Group& g) {
+    auto key = std::make_pair(g.backend->name(), g.nodes);
+    auto it = kernels_.find(key);
+    if (it != kernels_.end()) return it->second;
+    std::shared_ptr<Kernel> k = g.backend->compile(extract_subgraph(graph_, g.nodes));
+    return kernels_[key] = k;
+  }
+
+  std::unique_ptr<Executor> executor_for(std::vector<Group> groups) {
+    std::vector<Group> compiled;
+    for (Group& g : groups) {
+      if (g.backend->name() == "reference") continue;  // build_steps runs lone nodes on it
+      g.kernel = kernel_for(g);
+      compiled.push_back(std::move(g));
+    }
+    return std::make_unique<Executor>(graph_, build_steps(graph_, compiled));
+  }
+
+  // Median latency of each executor, measured in interleaved rounds so that machine drift
+  // hits all of them alike.
+  std::vector<double> time_side_by_side(std::vector<Executor*> executors, int rounds) {
+    std::vector<Tensor> inputs = random_inputs(graph_, options_.seed);
+    std::vector<std::vector<double>> samples(executors.size());
+    for (Executor* e : executors) e->run(inputs);  // warm-up
+    for (int r = 0; r < rounds; ++r)
+      for (size_t i = 0; i < executors.size(); ++i) {
+        auto t0 = Clock::now();
+        executors[i]->run(inputs);
+        samples[i].push_back(seconds_since(t0) * 1000);
+      }
+    std::vector<double> medians;
+    for (auto& s : samples) {
+      std::sort(s.begin(), s.end());
+      medians.push_back(s[s.size() / 2]);
+    }
+    return medians;
+  }
+
+  std::vector<Group> search_graph_level(std::vector<Group> op_groups) {
+    std::vector<Backend*> graph_level;
+    for (Backend* b : backends_)
+      if (b->kind() == BackendKind::kGraphLevel) graph_level.push_back(b);
+    if (graph_level.empty() || op_groups.empty()) return op_groups;
+
+    // Which op-level groups each graph-level backend could take: all their nodes lie in
+    // some region the backend matches.
+    std::vector<std::vector<bool>> supports(graph_level.size(),
+                                            std::vector<bool>(graph_.num_nodes(), false));
+    for (size_t j = 0; j < graph_level.size(); ++j)
+      for (const Match& m : find_matches(graph_, *graph_level[j]))
+        for (NodeId n : m.nodes) supports[j][n] = true;
+    std::vector<std::vector<int>> choices(op_groups.size(), std::vector<int>{0});
+    for (size_t g = 0; g < op_groups.size(); ++g)
+      for (size_t j = 0; j < graph_level.size(); ++j)
+        if (std::all_of(op_groups[g].nodes.begin(), op_groups[g].nodes.end(),
+                        [&](NodeId n) { return supports[j][n]; }))
+          choices[g].push_back(static_cast<int>(j) + 1);
+
+    auto decode = [&](const Genome& genome) {
+      return decode_genome(op_groups, graph_level, genome);
+    };
+    auto fitness = [&](const Genome& genome) -> double {
+      try {
+        std::vector<Group> groups = decode(genome);
+        std::unique_ptr<Executor> e = executor_for(complete(groups));
+        return time_side_by_side({e.get()}, 5)[0];
+      } catch (const Error& e) {
+        spdlog::debug("genome rejected: {}", e.what());
+        return std::numeric_limits<double>::infinity();
+      }
+    };
+    std::vector<Genome> seeds = {Genome(op_groups.size(), 0)};
+    for (size_t j = 0; j < graph_level.size(); ++j) {
+      Genome all(op_groups.size(), 0);
+      for (size_t g = 0; g < op_groups.size(); ++g)
+        if (choices[g].size() > 1 &&
+            std::find(choices[g].begin(), choices[g].end(), j + 1) != choices[g].end())
+          all[g] = static_cast<int>(j) + 1;
+      seeds.push_back(all);
+    }
+    EvolutionOptions eo;
+    eo.budget_s = options_.budget_s;
+    eo.seed = options_.seed;
+    EvolutionResult r = evolve(choices, seeds, fitness, eo, [&](const EvolutionResult& progress) {
+      report(
+          "graph-level search", progress.generations, 0, -1,
+          fmt::format("best {:.3f} ms, {} genomes", progress.best_fitness, progress.evaluations));
+    });
+    result_.generations = r.generations;
+    result_.genomes_evaluated = r.evaluations;
+    if (r.best.empty() || !std::isfinite(r.best_fitness)) return op_groups;
+    return decode(r.best);
+  }
+
+  // Neighbouring groups given to the same graph-level backend merge into one region.
+  std::vector<Group> decode_genome(const std::vector<Group>& op_groups,
+                                   const std::vector<Backend*>& graph_level, const Genome& genome) {
+    std::vector<int> group_of(graph_.num_nodes(), -1);
+    for (size_t g = 0; g < op_groups.size(); ++g)
+      for (NodeId n : op_groups[g].nodes) group_of[n] = static_cast<int>(g);
+    std::vector<int> parent(op_groups.size());
+    std::iota(parent.begin(), parent.end(), 0);
+    std::function<int(int)> find = [&](int x) {
+      return parent[x] == x ? x : parent[x] = find(parent[x]);
+    };
+    for (size_t n = 0; n < graph_.num_nodes(); ++n)
+      for (ValueId v : graph_.node(static_cast<NodeId>(n)).inputs) {
+        if (v == kNoValue || graph_.value(v).producer < 0) continue;
+        int a = group_of[n], b = group_of[graph_.value(v).producer];
+        if (a < 0 || b < 0 || a == b || genome[a] == 0 || genome[a] != genome[b]) continue;
+        parent[find(a)] = find(b);
+      }
+    std::map<int, Group> merged;
+    std::vector<Group> out;
+    for (size_t g = 0; g < op_groups.size(); ++g) {
+      if (genome[g] == 0) {
+        out.push_back(op_groups[g]);
+        continue;
+      }
+      Group& region = merged[find(static_cast<int>(g))];
+      region.backend = graph_level[genome[g] - 1];
+      region.nodes.insert(region.nodes.end(), op_groups[g].nodes.begin(), op_groups[g].nodes.end());
+    }
+    for (auto& [root, region] : merged) {
+      std::sort(region.nodes.begin(), region.nodes.end());
+      if (!is_convex(graph_, region.nodes))
+        fail(ErrorKind::kBackend, "region of {} nodes is not convex", region.nodes.size());
+      out.push_back(std::move(region));
+    }
+    return out;
+  }
+
+  void compare_and_pick(std::vector<Group> tuned) {
+    report("comparing", 0, 1, -1);
+    struct Contender {
+      std::string name;
+      std::vector<Group> groups;
+      std::unique_ptr<Executor> executor;
+    };
+    std::vector<Contender> contenders;
+    contenders.push_back({"tuned", complete(std::move(tuned)), nullptr});
+    for (Backend* b : backends_) {
+      if (b->name() == "reference") continue;  // the oracle, not a contender: far slower
+      contenders.push_back({b->name(), complete(place_on_single_backend(graph_, *b)), nullptr});
+    }
+    std::vector<Executor*> executors;
+    for (Contender& c : contenders) {
+      c.executor = executor_for(c.groups);
+      executors.push_back(c.executor.get());
+    }
+    std::vector<double> ms = time_side_by_side(executors, 15);
+    size_t best = 0;
+    for (size_t i = 0; i < contenders.size(); ++i) {
+      PlanTiming t;
+      t.name = contenders[i].name;
+      t.predicted_ms = predict(contenders[i].groups);
+      t.measured_ms = ms[i];
+      t.steps = contenders[i].executor->steps().size();
+      result_.timings.push_back(t);
+      if (ms[i] < ms[best]) best = i;
+    }
+    result_.winner = contenders[best].name;
+    make_plan(contenders[best].groups, *contenders[best].executor,
+              result_.timings[best].predicted_ms, ms[best]);
+  }
+
+  void make_plan(const std::vector<Group>& groups, const Executor& executor, double predicted,
+                 double measured) {
+    Plan& plan = result_.plan;
+    plan.model_hash = model_hash(graph_);
+    plan.hardware = hardware_.fingerprint();
+    plan.threads = thread_budget();
+    plan.optimizer = options_.optimizer == Optimizer::kTwoLevel ? "two-level" : "op-level";
+    if (result_.winner != "tuned") plan.optimizer = "single:" + result_.winner;
+    plan.predicted_ms = predicted;
+    plan.measured_ms = measured;
+    std::map<std::string, BackendShare> shares;
+    for (const Step& step : executor.steps()) {
+      PlanGroup g;
+      g.backend = step.backend;
+      for (NodeId n : step.nodes) g.nodes.push_back(graph_.node(n).name);
+      Backend* b = &BackendRegistry::global().get(step.backend);
+      double c = cost_of(step.nodes, b);
+      g.cost_ms = std::isfinite(c) ? c : 0;
+      plan.backend_versions[step.backend] = b->version();
+      BackendShare& s = shares[step.backend];
+      s.backend = step.backend;
+      s.nodes += step.nodes.size();
+      s.cost_ms += g.cost_ms;
+      plan.groups.push_back(std::move(g));
+    }
+    for (auto& [name, share] : shares) result_.shares.push_back(share);
+  }
+
+  const Graph& graph_;
+  TuneOptions options_;
+  Clock::time_point start_;
+  std::vector<Backend*> backends_;
+  Hardware hardware_;
+  CostDb db_;
+  Measurer measurer_;
+  std::vector<MeasuredCandidate> candidates_;
+  std::map<std::pair<std::string, std::vector<NodeId>>, std::shared_ptr<Kernel>> kernels_;
+  TuneResult result_;
+};
+
+}  // namespace
+
+TuneResult tune(const Graph& graph, const TuneOptions& options) {
+  set_thread_budget(options.threads);
+  Tuner tuner(graph, options);
+  return tuner.run();
+}
+
+}  // namespace collage

@@ -1,0 +1,125 @@
+#include "compare.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace collage::conformance {
+namespace {
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1f;
+  const uint32_t mantissa = h & 0x3ff;
+  if (exponent == 0) {
+    // Subnormal halves are exact in float: mantissa * 2^-24.
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign ? -magnitude : magnitude;
+  }
+  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+// Element i as a double, for every float dtype a test output can have. dispatch_dtype
+// does not cover the 16-bit floats, so those are decoded here.
+double float_element(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kFloat32:
+      return static_cast<const float*>(t.raw())[i];
+    case DType::kFloat64:
+      return static_cast<const double*>(t.raw())[i];
+    case DType::kFloat16:
+      return half_to_float(static_cast<const uint16_t*>(t.raw())[i]);
+    case DType::kBFloat16:
+      return std::bit_cast<float>(
+          static_cast<uint32_t>(static_cast<const uint16_t*>(t.raw())[i]) << 16);
+    default:
+      return t.get_as_double(i);
+  }
+}
+
+std::string element_string(const Tensor& t, int64_t i) {
+  if (dtype_is_float(t.dtype())) return fmt::format("{:.9g}", float_element(t, i));
+  if (t.dtype() == DType::kUInt64)
+    return fmt::format("{}", static_cast<const uint64_t*>(t.raw())[i]);
+  try {
+    return fmt::format("{}", t.get_as_int(i));
+  } catch (const std::exception&) {
+    return "?";
+  }
+}
+
+std::string compare_floats(const Tensor& actual, const Tensor& expected, const Tolerance& tol) {
+  int64_t mismatches = 0;
+  int64_t first = -1;
+  double max_abs = 0;
+  double max_rel = 0;
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    const double a = float_element(actual, i);
+    const double b = float_element(expected, i);
+    bool ok;
+    if (std::isnan(b) || std::isnan(a)) {
+      ok = std::isnan(a) && std::isnan(b);
+    } else if (std::isinf(b) || std::isinf(a)) {
+      ok = a == b;
+    } else {
+      const double diff = std::fabs(a - b);
+      max_abs = std::max(max_abs, diff);
+      if (b != 0) max_rel = std::max(max_rel, diff / std::fabs(b));
+      ok = diff <= tol.atol + tol.rtol * std::fabs(b);
+    }
+    if (!ok) {
+      ++mismatches;
+      if (first < 0) first = i;
+    }
+  }
+  if (mismatches == 0) return "";
+  return fmt::format(
+      "{} of {} elements differ (max abs err {:.3g}, max rel err {:.3g}); first at index {}: got "
+      "{}, expected {}",
+      mismatches, expected.numel(), max_abs, max_rel, first, element_string(actual, first),
+      element_string(expected, first));
+}
+
+std::string compare_exact(const Tensor& actual, const Tensor& expected) {
+  const size_t width = dtype_size(expected.dtype());
+  const auto* a = static_cast<const unsigned char*>(actual.raw());
+  const auto* b = static_cast<const unsigned char*>(expected.raw());
+  int64_t mismatches = 0;
+  int64_t first = -1;
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    // Bool is compared by truth value: any non-zero byte is true.
+    const bool same = expected.dtype() == DType::kBool
+                          ? (a[i] != 0) == (b[i] != 0)
+                          : std::memcmp(a + i * width, b + i * width, width) == 0;
+    if (!same) {
+      ++mismatches;
+      if (first < 0) first = i;
+    }
+  }
+  if (mismatches == 0) return "";
+  return fmt::format("{} of {} elements differ; first at index {}: got {}, expected {}",
+                     mismatches, expected.numel(), first, element_string(actual, first),
+                     element_string(expected, first));
+}
+
+}  // namespace
+
+std::string compare_tensors(const Tensor& actual, const Tensor& expected, const Tolerance& tol) {
+  if (actual.dtype() != expected.dtype())
+    return fmt::format("dtype {}, expected {}", dtype_name(actual.dtype()),
+                       dtype_name(expected.dtype()));
+  if (actual.shape() != expected.shape())
+    return fmt::format("shape {}, expected {}", shape_to_string(actual.shape()),
+                       shape_to_string(expected.shape()));
+  if (expected.numel() == 0) return "";
+  if (actual.raw() == nullptr) return "output has no data";
+  if (dtype_is_float(expected.dtype())) return compare_floats(actual, expected, tol);
+  return compare_exact(actual, expected);
+}
+
+}  // namespace collage::conformance

@@ -1,0 +1,397 @@
+// collage_conformance: runs ONNX test folders (model.onnx + test_data_set_N/{input,output}_K.pb)
+// through a Session and checks the outputs against the expected ones.
+//
+// Each test runs in a forked child by default, so a crash or a hang in one kernel is reported
+// as that test's failure instead of taking the whole suite down with it.
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collage/error.h"
+#include "collage/model.h"
+#include "collage/session.h"
+#include "compare.h"
+
+namespace fs = std::filesystem;
+
+namespace collage::conformance {
+namespace {
+
+enum class Status { kPassed, kFailed, kUnsupported };
+
+const char* status_name(Status s) {
+  switch (s) {
+    case Status::kPassed:
+      return "passed";
+    case Status::kFailed:
+      return "failed";
+    case Status::kUnsupported:
+      return "unsupported";
+  }
+  return "?";
+}
+
+struct Result {
+  Status status = Status::kFailed;
+  std::string reason;
+};
+
+struct TestCase {
+  std::string name;  // suite/test_x for suites, the path as given for --dir
+  fs::path dir;
+};
+
+struct Config {
+  std::string backend = "reference";
+  int threads = 0;
+  Tolerance tol;
+};
+
+Result failed(std::string reason) { return {Status::kFailed, std::move(reason)}; }
+
+// The single place that decides how an exception counts: kUnsupported is an honest "collage
+// cannot run this"; every other error, whatever its kind, is a failure to investigate.
+Result classify_current_exception(const std::string& stage) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kUnsupported) return {Status::kUnsupported, stage + ": " + e.what()};
+    return failed(fmt::format("{}: [{}] {}", stage, error_kind_name(e.kind()), e.what()));
+  } catch (const std::exception& e) {
+    return failed(fmt::format("{}: exception: {}", stage, e.what()));
+  } catch (...) {
+    return failed(stage + ": unknown exception");
+  }
+}
+
+// test_data_set_N folders in numeric order (test_data_set_10 after test_data_set_9).
+std::vector<fs::path> list_data_sets(const fs::path& dir) {
+  std::vector<std::pair<long, fs::path>> sets;
+  const std::string prefix = "test_data_set_";
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || name.rfind(prefix, 0) != 0) continue;
+    sets.emplace_back(std::strtol(name.c_str() + prefix.size(), nullptr, 10), entry.path());
+  }
+  std::sort(sets.begin(), sets.end());
+  std::vector<fs::path> paths;
+  for (auto& [index, path] : sets) paths.push_back(std::move(path));
+  return paths;
+}
+
+// Reads <stem>_0.pb, <stem>_1.pb, ... up to the first index that does not exist.
+std::vector<Tensor> read_numbered(const fs::path& dir, const std::string& stem) {
+  std::vector<Tensor> tensors;
+  for (int k = 0;; ++k) {
+    const fs::path path = dir / fmt::format("{}_{}.pb", stem, k);
+    if (!fs::exists(path)) break;
+    tensors.push_back(read_tensor_file(path.string()));
+  }
+  return tensors;
+}
+
+Result run_test_unguarded(const TestCase& test, const Config& config) {
+  const fs::path model = test.dir / "model.onnx";
+  if (!fs::exists(model)) return failed("no model.onnx in " + test.dir.string());
+  const std::vector<fs::path> sets = list_data_sets(test.dir);
+  if (sets.empty()) return failed("no test_data_set_* folder");
+
+  std::vector<std::string> input_names;
+  try {
+    input_names = model_input_names(model.string());
+  } catch (...) {
+    return classify_current_exception("reading model inputs");
+  }
+
+  std::optional<Session> session;
+  std::vector<Shape> session_shapes;
+  for (const fs::path& set : sets) {
+    const std::string set_name = set.filename().string();
+    std::vector<Tensor> inputs, expected;
+    try {
+      inputs = read_numbered(set, "input");
+      expected = read_numbered(set, "output");
+    } catch (...) {
+      Result read_error = classify_current_exception(set_name + ": reading test data");
+      if (read_error.status == Status::kUnsupported) return read_error;
+      // Sequence- or optional-typed test data is not a TensorProto, so reading it fails with
+      // a parse error. Such a model is unsupported, which the importer says when asked.
+      try {
+        load_model(model.string());
+      } catch (const Error& e) {
+        if (e.kind() == ErrorKind::kUnsupported)
+          return {Status::kUnsupported, std::string("load: ") + e.what()};
+      } catch (...) {
+      }
+      return read_error;
+    }
+    if (inputs.size() != input_names.size())
+      return failed(fmt::format("{}: {} input files for {} model inputs", set_name, inputs.size(),
+                                input_names.size()));
+
+    std::vector<Shape> shapes;
+    for (const Tensor& t : inputs) shapes.push_back(t.shape());
+    // Data sets of one test usually share shapes; reload only when they do not.
+    if (!session || shapes != session_shapes) {
+      SessionOptions options;
+      options.backend = config.backend;
+      options.threads = config.threads;
+      for (size_t i = 0; i < input_names.size(); ++i)
+        options.load.input_shapes[input_names[i]] = shapes[i];
+      session.reset();
+      try {
+        Graph graph = load_model(model.string(), options.load);
+        session.emplace(std::move(graph), options);
+      } catch (...) {
+        return classify_current_exception("load");
+      }
+      session_shapes = shapes;
+    }
+
+    // The session wants its own input order; match the data to it by name.
+    const Graph& graph = session->graph();
+    std::vector<Tensor> ordered;
+    for (ValueId id : graph.inputs) {
+      const std::string& name = graph.value(id).name;
+      const auto it = std::find(input_names.begin(), input_names.end(), name);
+      if (it == input_names.end())
+        return failed(fmt::format("session input '{}' is not a model input", name));
+      ordered.push_back(inputs[it - input_names.begin()]);
+    }
+
+    std::vector<Tensor> outputs;
+    try {
+      outputs = session->run(ordered);
+    } catch (...) {
+      return classify_current_exception(set_name + ": run");
+    }
+    if (outputs.size() != expected.size())
+      return failed(fmt::format("{}: {} outputs, expected {}", set_name, outputs.size(),
+                                expected.size()));
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      const std::string diff = compare_tensors(outputs[k], expected[k], config.tol);
+      if (!diff.empty()) {
+        const std::string name =
+            k < graph.outputs.size() ? graph.value(graph.outputs[k]).name : "?";
+        return failed(fmt::format("{}: output {} '{}': {}", set_name, k, name, diff));
+      }
+    }
+  }
+  return {Status::kPassed, ""};
+}
+
+// Anything that escapes (a filesystem error, say) is the test's failure, not the runner's.
+Result run_test(const TestCase& test, const Config& config) {
+  try {
+    return run_test_unguarded(test, config);
+  } catch (...) {
+    return classify_current_exception("runner");
+  }
+}
+
+bool write_all(int fd, const std::string& bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Runs the test in a child process; the child sends back one status byte and the reason.
+Result run_isolated(const TestCase& test, const Config& config, int timeout_s) {
+  int fds[2];
+  if (pipe(fds) != 0) return failed(fmt::format("pipe: {}", std::strerror(errno)));
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return failed(fmt::format("fork: {}", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    if (timeout_s > 0) alarm(static_cast<unsigned>(timeout_s));
+    const Result r = run_test(test, config);
+    const std::string message = static_cast<char>('0' + static_cast<int>(r.status)) + r.reason;
+    // _exit: the parent's buffered stdio and atexit handlers are not the child's to run.
+    _exit(write_all(fds[1], message) ? 0 : 3);
+  }
+  close(fds[1]);
+  std::string message;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = read(fds[0], buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    message.append(buffer, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(wstatus)) {
+    const int sig = WTERMSIG(wstatus);
+    if (sig == SIGALRM) return failed(fmt::format("timed out after {} s", timeout_s));
+    return failed(fmt::format("crashed: signal {} ({})", sig, strsignal(sig)));
+  }
+  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0 || message.empty())
+    return failed(fmt::format("child exited with status {} without a result",
+                              WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1));
+  const int code = message[0] - '0';
+  if (code < 0 || code > 2) return failed("garbled result from child");
+  return {static_cast<Status>(code), message.substr(1)};
+}
+
+// Every test folder (one holding model.onnx) of a suite, sorted by name.
+std::vector<TestCase> discover_suite(const fs::path& root, const std::string& suite) {
+  const fs::path dir = root / suite;
+  if (!fs::is_directory(dir))
+    fail(ErrorKind::kIo, "suite '{}' not found: {} is not a directory", suite, dir.string());
+  std::vector<TestCase> tests;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.is_directory() && fs::exists(entry.path() / "model.onnx"))
+      tests.push_back({suite + "/" + entry.path().filename().string(), entry.path()});
+  }
+  std::sort(tests.begin(), tests.end(),
+            [](const TestCase& a, const TestCase& b) { return a.name < b.name; });
+  return tests;
+}
+
+int main_impl(int argc, char** argv) {
+  CLI::App app{"Runs ONNX conformance test folders through collage and checks the outputs."};
+  std::string data_root = "/usr/share/libonnx-testdata/data";
+  std::vector<std::string> suites = {"node", "pytorch-converted", "pytorch-operator", "simple"};
+  std::vector<std::string> dirs;
+  std::string filter;
+  std::string report_path;
+  int min_passed = 0;
+  int timeout_s = 300;
+  bool no_isolate = false;
+  bool verbose = false;
+  Config config;
+  app.add_option("--data-root", data_root, "Folder holding the suites (libonnx-testdata)")
+      ->capture_default_str();
+  auto* suite_opt = app.add_option("--suite", suites, "Comma-separated suites under --data-root")
+                        ->delimiter(',')
+                        ->capture_default_str();
+  app.add_option("--dir", dirs, "Test folders to run instead of (or with an explicit --suite, "
+                                "besides) the suites");
+  app.add_option("--backend", config.backend, "Backend for the session")->capture_default_str();
+  app.add_option("--filter", filter, "Run only tests whose name contains this");
+  app.add_option("--min-passed", min_passed, "Fail unless at least this many tests pass")
+      ->capture_default_str();
+  app.add_option("--report", report_path, "Write every test's status and reason as JSON here");
+  app.add_option("--rtol", config.tol.rtol, "Relative tolerance for floats")
+      ->capture_default_str();
+  app.add_option("--atol", config.tol.atol, "Absolute tolerance for floats")
+      ->capture_default_str();
+  app.add_option("--threads", config.threads, "Session threads (0 = every core)")
+      ->capture_default_str();
+  app.add_option("--timeout", timeout_s, "Seconds a test may take (0 = no limit)")
+      ->capture_default_str();
+  app.add_flag("--no-isolate", no_isolate,
+               "Run tests in this process (for a debugger; a crash ends the run)");
+  app.add_flag("-v,--verbose", verbose, "Print each test before running it, and unsupported ones");
+  CLI11_PARSE(app, argc, argv);
+
+  int passed = 0, num_failed = 0, unsupported = 0;
+  auto summary = [&] {
+    fmt::print("conformance: {} passed, {} failed, {} unsupported\n", passed, num_failed,
+               unsupported);
+    std::fflush(stdout);
+  };
+
+  std::vector<TestCase> tests;
+  try {
+    const bool run_suites = dirs.empty() || suite_opt->count() > 0;
+    if (run_suites) {
+      if (!fs::is_directory(data_root))
+        fail(ErrorKind::kIo,
+             "ONNX test data not found at {} (install libonnx-testdata or pass --data-root)",
+             data_root);
+      for (const std::string& suite : suites) {
+        auto found = discover_suite(data_root, suite);
+        tests.insert(tests.end(), found.begin(), found.end());
+      }
+    }
+    for (const std::string& dir : dirs) {
+      if (!fs::is_directory(dir)) fail(ErrorKind::kIo, "--dir {} is not a directory", dir);
+      tests.push_back({dir, fs::path(dir)});
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "collage_conformance: {}\n", e.what());
+    summary();
+    return 1;
+  }
+  if (!filter.empty())
+    std::erase_if(tests, [&](const TestCase& t) { return t.name.find(filter) == std::string::npos; });
+
+  nlohmann::json report = nlohmann::json::array();
+  for (const TestCase& test : tests) {
+    if (verbose) {
+      fmt::print("RUN {}\n", test.name);
+      std::fflush(stdout);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const Result r = no_isolate ? run_test(test, config) : run_isolated(test, config, timeout_s);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    switch (r.status) {
+      case Status::kPassed:
+        ++passed;
+        if (verbose) fmt::print("PASSED {} ({:.2f} s)\n", test.name, seconds);
+        break;
+      case Status::kFailed:
+        ++num_failed;
+        fmt::print("FAILED {}: {}\n", test.name, r.reason);
+        break;
+      case Status::kUnsupported:
+        ++unsupported;
+        if (verbose) fmt::print("UNSUPPORTED {}: {}\n", test.name, r.reason);
+        break;
+    }
+    report.push_back({{"name", test.name},
+                      {"dir", test.dir.string()},
+                      {"status", status_name(r.status)},
+                      {"reason", r.reason},
+                      {"seconds", seconds}});
+  }
+
+  if (!report_path.empty()) {
+    std::ofstream out(report_path);
+    // Reasons quote model-provided names, which need not be valid UTF-8.
+    out << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    if (!out) {
+      fmt::print(stderr, "collage_conformance: cannot write report {}\n", report_path);
+      summary();
+      return 1;
+    }
+  }
+  summary();
+  if (passed < min_passed)
+    fmt::print("conformance: {} passed is below --min-passed {}\n", passed, min_passed);
+  return num_failed == 0 && passed >= min_passed ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace collage::conformance
+
+int main(int argc, char** argv) { return collage::conformance::main_impl(argc, argv); }

@@ -1,0 +1,239 @@
+#!/usr/bin/python3
+"""Exports real PyTorch models to ONNX in the ONNX test-folder layout.
+
+    export_models.py OUT_DIR [--models resnet50,mobilenet_v2,...]
+
+Each model lands in OUT_DIR/<name>/ as model.onnx plus test_data_set_0/input_K.pb and
+output_K.pb holding PyTorch's own outputs, so collage_conformance --dir can check collage
+against PyTorch. Weights are random (nothing is downloaded) but reproducible from a fixed seed.
+
+This must run with Debian's /usr/bin/python3, which has python3-torch, python3-torchvision and
+python3-onnx. A missing package is an error, never a skip: install-deps installs them, so their
+absence means a broken environment that the tests have to report.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+try:
+    import numpy as np
+    import onnx
+    import onnx.numpy_helper
+    import torch
+    import torchvision
+except ImportError as e:  # pragma: no cover - the message is the point
+    sys.exit(f"export_models.py: cannot import {e.name}: install python3-torch, "
+             f"python3-torchvision and python3-onnx (run with /usr/bin/python3): {e}")
+
+SEED = 20240601
+
+
+def randomize_batchnorm(model, calibration_input):
+    """Gives every BatchNorm statistics and affine parameters that matter.
+
+    Default-initialised BN (mean 0, var 1, weight 1, bias 0) is close to the identity, so a
+    wrong BN kernel or a broken Conv+BN fold could pass unnoticed. Statistics measured on a
+    random batch keep activations in a sane range through 50 layers; the random perturbation
+    on top makes sure they are not the batch's exact statistics either.
+    """
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for bn in bns:
+        bn.reset_running_stats()
+        bn.momentum = None  # cumulative average: the statistics of exactly this batch
+    model.train()
+    with torch.no_grad():
+        model(calibration_input)
+    model.eval()
+    with torch.no_grad():
+        for bn in bns:
+            n = bn.num_features
+            bn.running_var.mul_(torch.empty(n).uniform_(0.8, 1.25))
+            bn.running_mean.add_(0.1 * torch.randn(n) * bn.running_var.sqrt())
+            if bn.affine:
+                bn.weight.copy_(torch.empty(n).uniform_(0.5, 1.5))
+                bn.bias.copy_(0.1 * torch.randn(n))
+
+
+class SelfAttention(torch.nn.Module):
+    """Multi-head self-attention written out with MatMul/Softmax (no fused attention op)."""
+
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = hidden // heads
+        self.query = torch.nn.Linear(hidden, hidden)
+        self.key = torch.nn.Linear(hidden, hidden)
+        self.value = torch.nn.Linear(hidden, hidden)
+        self.out = torch.nn.Linear(hidden, hidden)
+
+    def split_heads(self, x):
+        b, s, _ = x.shape
+        return x.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x, mask_bias):
+        q = self.split_heads(self.query(x))
+        k = self.split_heads(self.key(x))
+        v = self.split_heads(self.value(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / (self.head_dim ** 0.5)
+        probs = torch.softmax(scores + mask_bias, dim=-1)
+        context = torch.matmul(probs, v).transpose(1, 2)
+        b, s, _, _ = context.shape
+        return self.out(context.reshape(b, s, self.heads * self.head_dim))
+
+
+class EncoderLayer(torch.nn.Module):
+    def __init__(self, hidden, heads, ffn):
+        super().__init__()
+        self.attention = SelfAttention(hidden, heads)
+        self.norm1 = torch.nn.LayerNorm(hidden, eps=1e-12)
+        self.ffn_in = torch.nn.Linear(hidden, ffn)
+        self.gelu = torch.nn.GELU()
+        self.ffn_out = torch.nn.Linear(ffn, hidden)
+        self.norm2 = torch.nn.LayerNorm(hidden, eps=1e-12)
+
+    def forward(self, x, mask_bias):
+        x = self.norm1(x + self.attention(x, mask_bias))
+        return self.norm2(x + self.ffn_out(self.gelu(self.ffn_in(x))))
+
+
+class TinyBert(torch.nn.Module):
+    """A BERT-style encoder: embeddings, 2 post-norm layers, a tanh pooler on token 0."""
+
+    def __init__(self, vocab=1000, hidden=128, heads=4, layers=2, ffn=512, max_len=64):
+        super().__init__()
+        self.tokens = torch.nn.Embedding(vocab, hidden)
+        self.positions = torch.nn.Embedding(max_len, hidden)
+        self.norm = torch.nn.LayerNorm(hidden, eps=1e-12)
+        self.layers = torch.nn.ModuleList(EncoderLayer(hidden, heads, ffn) for _ in range(layers))
+        self.pooler = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, input_ids):
+        seq = input_ids.shape[1]
+        positions = torch.arange(seq, dtype=torch.int64).unsqueeze(0)
+        x = self.norm(self.tokens(input_ids) + self.positions(positions))
+        # Token id 0 is padding: a large negative bias keeps attention off it (the
+        # Equal/Cast/Mul path every BERT export has).
+        mask_bias = (input_ids == 0).to(torch.float32)[:, None, None, :] * -10000.0
+        for layer in self.layers:
+            x = layer(x, mask_bias)
+        return x, torch.tanh(self.pooler(x[:, 0]))
+
+
+def randomize_layernorm(model):
+    # LayerNorm defaults (weight 1, bias 0) would hide a kernel that drops the affine part.
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.LayerNorm):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0, 0.1)
+
+
+def image_model(name, opset, batch=1, dynamic_batch=False, **kwargs):
+    def build():
+        model = getattr(torchvision.models, name)(weights=None, **kwargs)
+        x = torch.randn(batch, 3, 224, 224)
+        randomize_batchnorm(model, torch.randn(4, 3, 224, 224))
+        return model, (x,), ["input"], ["logits"]
+
+    dynamic_axes = {"input": {0: "batch"}, "logits": {0: "batch"}} if dynamic_batch else None
+    return build, opset, dynamic_axes
+
+
+def bert_model(opset):
+    def build():
+        model = TinyBert()
+        randomize_layernorm(model)
+        model.eval()
+        ids = torch.randint(1, 1000, (1, 32), dtype=torch.int64)
+        ids[0, 27:] = 0  # trailing padding, so the attention mask does something
+        return model, (ids,), ["input_ids"], ["last_hidden_state", "pooled"]
+
+    return build, opset, None
+
+
+# name -> (builder, opset, dynamic_axes). mobilenet_v2 has a symbolic batch dim and its test
+# data uses batch 2, so the runner's input-shape binding is what makes it runnable.
+MODELS = {
+    "resnet50": image_model("resnet50", 11),
+    "mobilenet_v2": image_model("mobilenet_v2", 13, batch=2, dynamic_batch=True),
+    "googlenet": image_model("googlenet", 15, aux_logits=False, init_weights=True),
+    "bert_opset13": bert_model(13),
+    "bert_opset17": bert_model(17),
+}
+
+# Ops each export must (or must not) contain, so a silent change in the exporter cannot
+# make a test stop covering what it is meant to cover.
+REQUIRED_OPS = {
+    "resnet50": {"Conv", "Relu", "MaxPool", "Add", "GlobalAveragePool", "Gemm"},
+    "mobilenet_v2": {"Conv", "Clip", "Add", "GlobalAveragePool", "Gemm"},
+    "googlenet": {"Conv", "Relu", "MaxPool", "Concat", "Gemm"},
+    "bert_opset13": {"Gather", "MatMul", "Softmax", "Erf", "ReduceMean", "Sqrt", "Tanh"},
+    "bert_opset17": {"Gather", "MatMul", "Softmax", "Erf", "LayerNormalization", "Tanh"},
+}
+FORBIDDEN_OPS = {
+    "bert_opset13": {"LayerNormalization"},
+}
+
+
+def save_tensor(path, array, name):
+    with open(path, "wb") as f:
+        f.write(onnx.numpy_helper.from_array(np.ascontiguousarray(array), name).SerializeToString())
+
+
+def export(name, out_dir):
+    build, opset, dynamic_axes = MODELS[name]
+    torch.manual_seed(SEED)
+    np.random.seed(SEED)
+    model, inputs, input_names, output_names = build()
+    model.eval()
+    with torch.no_grad():
+        outputs = model(*inputs)
+    if isinstance(outputs, torch.Tensor):
+        outputs = (outputs,)
+
+    model_dir = os.path.join(out_dir, name)
+    data_dir = os.path.join(model_dir, "test_data_set_0")
+    os.makedirs(data_dir, exist_ok=True)
+    model_path = os.path.join(model_dir, "model.onnx")
+    torch.onnx.export(model, inputs, model_path, opset_version=opset, input_names=input_names,
+                      output_names=output_names, dynamic_axes=dynamic_axes,
+                      do_constant_folding=True)
+
+    proto = onnx.load(model_path)
+    onnx.checker.check_model(proto)
+    ops = {node.op_type for node in proto.graph.node}
+    missing = REQUIRED_OPS.get(name, set()) - ops
+    present = FORBIDDEN_OPS.get(name, set()) & ops
+    if missing or present:
+        raise RuntimeError(f"{name}: export lacks {sorted(missing)} / has {sorted(present)}; "
+                           f"ops: {sorted(ops)}")
+
+    for k, (x, input_name) in enumerate(zip(inputs, input_names)):
+        save_tensor(os.path.join(data_dir, f"input_{k}.pb"), x.numpy(), input_name)
+    for k, (y, output_name) in enumerate(zip(outputs, output_names)):
+        save_tensor(os.path.join(data_dir, f"output_{k}.pb"), y.numpy(), output_name)
+    return len(proto.graph.node)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out_dir")
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help="comma-separated subset of: " + ", ".join(MODELS))
+    args = parser.parse_args()
+    names = [n for n in args.models.split(",") if n]
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        sys.exit(f"export_models.py: unknown models {unknown}; known: {list(MODELS)}")
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    os.makedirs(args.out_dir, exist_ok=True)
+    for name in names:
+        start = time.time()
+        nodes = export(name, args.out_dir)
+        print(f"exported {name}: {nodes} nodes in {time.time() - start:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,238 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+
+#include "collage/plan.h"
+#include "search/canonical.h"
+#include "search/cost_db.h"
+#include "search/graph_level_search.h"
+#include "search/op_level_search.h"
+
+namespace collage {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A chain of `n` nodes a0 -> a1 -> ... (op types don't matter to the search).
+Graph chain(int n) {
+  Graph g;
+  ValueId prev = g.add_value("x", DType::kFloat32, {1}, true);
+  g.inputs = {prev};
+  for (int i = 0; i < n; ++i) {
+    ValueId next = g.add_value("v" + std::to_string(i), DType::kFloat32, {1}, true);
+    g.add_node(Node{"a" + std::to_string(i), "Relu", "", {prev}, {next}, {}});
+    prev = next;
+  }
+  g.outputs = {prev};
+  return g;
+}
+
+TEST(OpLevelSearch, PicksCheapestCoverOnChain) {
+  Graph g = chain(4);
+  // Singles cost 1 each; {0,1} costs 1.5 (saves 0.5); {1,2} costs 0.5 (saves 1.5);
+  // {2,3} costs 1.2 (saves 0.8). Best: 0 | {1,2} | 3 = 1 + 0.5 + 1 = 2.5.
+  std::vector<SearchCandidate> c = {{{0}, 0, 1},     {{1}, 0, 1},      {{2}, 0, 1},
+                                    {{3}, 0, 1},     {{0, 1}, 1, 1.5}, {{1, 2}, 1, 0.5},
+                                    {{2, 3}, 1, 1.2}};
+  OpLevelResult r = op_level_search(g, c, 0.0);
+  EXPECT_DOUBLE_EQ(r.cost_ms, 2.5);
+  EXPECT_EQ(r.chosen, (std::vector<int>{0, 5, 3}));
+}
+
+TEST(OpLevelSearch, OverheadFavoursFewerKernels) {
+  Graph g = chain(2);
+  std::vector<SearchCandidate> c = {{{0}, 0, 1}, {{1}, 0, 1}, {{0, 1}, 1, 2.05}};
+  EXPECT_EQ(op_level_search(g, c, 0.0).chosen, (std::vector<int>{0, 1}));
+  // With 0.1 ms per kernel, one fused kernel (2.15) beats two (2.2).
+  OpLevelResult r = op_level_search(g, c, 0.1);
+  EXPECT_EQ(r.chosen, (std::vector<int>{2}));
+  EXPECT_NEAR(r.cost_ms, 2.15, 1e-12);
+}
+
+TEST(OpLevelSearch, IgnoresFailedCandidatesAndMatchesBruteForce) {
+  // A diamond: 0 -> {1, 2} -> 3. Random costs; compare with brute force over all covers.
+  Graph g;
+  ValueId x = g.add_value("x", DType::kFloat32, {1}, true);
+  ValueId v[4];
+  for (int i = 0; i < 4; ++i)
+    v[i] = g.add_value("v" + std::to_string(i), DType::kFloat32, {1}, true);
+  g.inputs = {x};
+  g.add_node(Node{"n0", "Relu", "", {x}, {v[0]}, {}});
+  g.add_node(Node{"n1", "Relu", "", {v[0]}, {v[1]}, {}});
+  g.add_node(Node{"n2", "Relu", "", {v[0]}, {v[2]}, {}});
+  g.add_node(Node{"n3", "Add", "", {v[1], v[2]}, {v[3]}, {}});
+  g.outputs = {v[3]};
+  std::vector<std::vector<NodeId>> sets = {
+      {0}, {1}, {2}, {3}, {0, 1}, {0, 2}, {1, 3}, {2, 3}, {0, 1, 2}, {1, 2, 3}, {0, 1, 2, 3}};
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<SearchCandidate> c;
+    for (const auto& s : sets) {
+      double cost = 0.1 + (rng() % 1000) / 100.0;
+      if (s.size() > 1 && rng() % 5 == 0) cost = std::numeric_limits<double>::infinity();
+      c.push_back({s, 0, cost});
+    }
+    // Brute force over subsets of candidates that partition {0..3} and are admissible: taken
+    // in order of their first node, each group's outside producers are already covered.
+    double best = std::numeric_limits<double>::infinity();
+    for (int mask = 1; mask < (1 << c.size()); ++mask) {
+      std::vector<size_t> picked;
+      int covered = 0;
+      bool ok = true;
+      for (size_t i = 0; i < c.size() && ok; ++i)
+        if (mask >> i & 1) {
+          picked.push_back(i);
+          for (NodeId n : c[i].nodes) {
+            ok &= !(covered >> n & 1);
+            covered |= 1 << n;
+          }
+        }
+      if (!ok || covered != 15) continue;
+      std::sort(picked.begin(), picked.end(),
+                [&](size_t a, size_t b) { return c[a].nodes[0] < c[b].nodes[0]; });
+      int done = 0;
+      double cost = 0;
+      for (size_t i : picked) {
+        int mine = 0;
+        for (NodeId n : c[i].nodes) mine |= 1 << n;
+        for (NodeId n : c[i].nodes)
+          for (ValueId v : g.node(n).inputs) {
+            NodeId p = g.value(v).producer;
+            if (p >= 0 && !(mine >> p & 1) && !(done >> p & 1)) ok = false;
+          }
+        done |= mine;
+        cost += c[i].cost_ms;
+      }
+      if (ok) best = std::min(best, cost);
+    }
+    EXPECT_NEAR(op_level_search(g, c, 0.0).cost_ms, best, 1e-9) << "trial " << trial;
+  }
+}
+
+TEST(GraphLevelSearch, FindsKnownOptimumAndCachesGenomes) {
+  // 12 genes with values {0,1,2}; fitness = distance to a hidden target + 1.
+  std::vector<std::vector<int>> choices(12, {0, 1, 2});
+  Genome target = {1, 2, 0, 0, 1, 1, 2, 2, 0, 1, 0, 2};
+  size_t calls = 0;
+  auto fitness = [&](const Genome& g) {
+    ++calls;
+    double d = 1;
+    for (size_t i = 0; i < g.size(); ++i) d += g[i] != target[i];
+    return d;
+  };
+  EvolutionOptions o;
+  o.population = 30;
+  o.patience = 30;
+  o.budget_s = 20;
+  o.gene_mutation_probability = 0.1;
+  EvolutionResult r = evolve(choices, {Genome(12, 0)}, fitness, o);
+  EXPECT_EQ(r.best, target);
+  EXPECT_DOUBLE_EQ(r.best_fitness, 1.0);
+  EXPECT_EQ(calls, r.evaluations);  // every genome measured once
+}
+
+TEST(GraphLevelSearch, SeedIsKeptWhenNothingBeatsIt) {
+  std::vector<std::vector<int>> choices(5, {0, 1});
+  auto fitness = [](const Genome& g) {
+    double s = 10;
+    for (int x : g) s += x;  // any graph-level choice is worse
+    return s;
+  };
+  EvolutionOptions o;
+  o.budget_s = 5;
+  EvolutionResult r = evolve(choices, {Genome(5, 0)}, fitness, o);
+  EXPECT_EQ(r.best, Genome(5, 0));
+  EXPECT_LT(r.generations, 50u);  // stopped early on convergence
+}
+
+TEST(Canonical, IgnoresNamesButNotStructure) {
+  Graph a = chain(3), b = chain(3);
+  for (auto& n : b.nodes()) n.name += "_other";
+  EXPECT_EQ(canonical_text(a), canonical_text(b));
+  Graph c = chain(3);
+  c.node(1).op_type = "Sigmoid";
+  EXPECT_NE(canonical_text(a), canonical_text(c));
+  Graph d = chain(3);
+  d.value(d.inputs[0]).shape = {2};
+  EXPECT_NE(canonical_text(a), canonical_text(d));
+}
+
+class CostDbTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("collage_costdb_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(CostDbTest, PersistsAcrossOpens) {
+  std::string path = (dir_ / "costs.db").string();
+  {
+    CostDb db(path);
+    db.put("k1", "onednn", "hw", "text", CostRecord{1.25, true, ""});
+    db.put("k2", "blas", "hw", "text",
+           CostRecord{std::numeric_limits<double>::infinity(), false, "boom"});
+  }
+  CostDb db(path);
+  EXPECT_EQ(db.size(), 2);
+  auto k1 = db.find("k1");
+  ASSERT_TRUE(k1);
+  EXPECT_DOUBLE_EQ(k1->milliseconds, 1.25);
+  auto k2 = db.find("k2");
+  ASSERT_TRUE(k2);
+  EXPECT_FALSE(k2->ok);
+  EXPECT_TRUE(std::isinf(k2->milliseconds));
+  EXPECT_EQ(k2->reason, "boom");
+  EXPECT_FALSE(db.find("k3"));
+  EXPECT_TRUE(db.moved_aside_to().empty());
+}
+
+TEST_F(CostDbTest, CorruptFileIsMovedAside) {
+  std::string path = (dir_ / "costs.db").string();
+  std::ofstream(path) << "this is not a database, just some bytes that sqlite will reject....";
+  CostDb db(path);
+  EXPECT_FALSE(db.moved_aside_to().empty());
+  EXPECT_TRUE(fs::exists(db.moved_aside_to()));
+  db.put("k", "b", "hw", "t", CostRecord{2.0, true, ""});
+  EXPECT_EQ(db.size(), 1);
+}
+
+TEST(Plan, JsonRoundTripAndErrors) {
+  Plan p;
+  p.model_hash = "abc";
+  p.hardware = "cpu";
+  p.threads = 2;
+  p.optimizer = "two-level";
+  p.backend_versions = {{"onednn", "2.6.3"}};
+  p.groups = {{{"conv1", "relu1"}, "onednn", 0.5}, {{"fc"}, "reference", 0.1}};
+  p.predicted_ms = 0.6;
+  Plan q = Plan::from_json(p.to_json());
+  EXPECT_EQ(q.model_hash, "abc");
+  ASSERT_EQ(q.groups.size(), 2u);
+  EXPECT_EQ(q.groups[0].nodes, (std::vector<std::string>{"conv1", "relu1"}));
+  EXPECT_EQ(q.groups[0].backend, "onednn");
+  EXPECT_EQ(q.backend_versions.at("onednn"), "2.6.3");
+  for (
+      const char* bad :
+      {"{", "{}", R"({"format":"collage-plan","version":1})",
+       R"({"format":"collage-plan","version":1,"model_hash":"x","groups":[{"backend":"a","nodes":[]}]})"}) {
+    try {
+      Plan::from_json(bad);
+      FAIL() << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kParse) << bad;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace collage
