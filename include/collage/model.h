@@ -16,6 +16,10 @@ struct LoadOptions {
   // Full shapes for named inputs; overrides the model's (the conformance runner binds
   // inputs to the shapes of the test data this way).
   std::map<std::string, Shape> input_shapes;
+  // Inputs frozen to these values: they become constants (and fold). For inputs that set
+  // shapes (a Reshape's target fed as a graph input, as in ONNX's node tests): collage needs
+  // static shapes, so such an input must be known when the model is loaded.
+  std::map<std::string, Tensor> constant_inputs;
   // No single tensor (initializer, inferred value) may exceed this.
   int64_t max_tensor_bytes = int64_t{4} << 30;
   // Run constant folding and dead-code removal after import.
@@ -28,6 +32,11 @@ Graph load_model(const std::string& path, const LoadOptions& options = {});
 // Same, from bytes in memory; `base_dir` resolves external data ("" forbids it).
 Graph load_model_from_bytes(const std::string& bytes, const std::string& base_dir,
                             const LoadOptions& options = {});
+
+// Writes `graph` as an ONNX model (ir_version 8, its opset, every constant an initializer,
+// full types on inputs, outputs and intermediates) that load_model reads back unchanged.
+void save_model(const Graph& graph, const std::string& path);
+std::string model_to_bytes(const Graph& graph);
 
 // The model's runtime input names in order (initializers excluded), read without importing
 // the graph: lets a caller bind shapes to inputs it only knows by position (test data).

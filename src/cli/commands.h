@@ -30,5 +30,6 @@ Action add_backends_command(CLI::App& app);
 Action add_tune_command(CLI::App& app);
 Action add_show_command(CLI::App& app);
 Action add_bench_command(CLI::App& app);
+Action add_zoo_command(CLI::App& app);
 
 }  // namespace collage::cli

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   actions["tune"] = collage::cli::add_tune_command(app);
   actions["show"] = collage::cli::add_show_command(app);
   actions["bench"] = collage::cli::add_bench_command(app);
+  actions["zoo"] = collage::cli::add_zoo_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

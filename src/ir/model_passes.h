@@ -13,7 +13,7 @@ namespace collage {
 // A type the model declares for a value (graph output or value_info).
 struct DeclaredType {
   std::string name;
-  int32_t elem_type = 0;                              // 0: not declared
+  int32_t elem_type = 0;                                    // 0: not declared
   std::optional<std::vector<std::optional<int64_t>>> dims;  // nullopt dim: symbolic/unknown
 };
 using DeclaredTypes = std::vector<DeclaredType>;

@@ -1,4 +1,5 @@
 // `collage info` numbers: op histogram, weights, and the FLOPs of the ops that dominate.
+#include <functional>
 #include <numeric>
 
 #include "collage/model.h"
@@ -36,7 +37,8 @@ double node_macs(const Graph& graph, const Node& node) {
   auto per_element = static_cast<double>(product(b->begin() + 1, b->end()));
   if (node.op_type == "Conv") return numel(*out) * per_element;
   if (node.op_type == "ConvTranspose") return numel(*a) * per_element;
-  if (node.op_type == "MatMul") return a->empty() ? 0 : numel(*out) * static_cast<double>(a->back());
+  if (node.op_type == "MatMul")
+    return a->empty() ? 0 : numel(*out) * static_cast<double>(a->back());
   if (node.op_type == "Gemm" && a->size() == 2) {
     int64_t k = node.attr_int("transA", 0) ? (*a)[0] : (*a)[1];
     return numel(*out) * static_cast<double>(k);

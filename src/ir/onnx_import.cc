@@ -23,12 +23,18 @@ constexpr int64_t kMaxOpset = 17;
 
 const char* type_case_name(const onnx::TypeProto& type) {
   switch (type.value_case()) {
-    case onnx::TypeProto::kTensorType: return "tensor";
-    case onnx::TypeProto::kSequenceType: return "sequence";
-    case onnx::TypeProto::kMapType: return "map";
-    case onnx::TypeProto::kOptionalType: return "optional";
-    case onnx::TypeProto::kSparseTensorType: return "sparse tensor";
-    default: return "unknown";
+    case onnx::TypeProto::kTensorType:
+      return "tensor";
+    case onnx::TypeProto::kSequenceType:
+      return "sequence";
+    case onnx::TypeProto::kMapType:
+      return "map";
+    case onnx::TypeProto::kOptionalType:
+      return "optional";
+    case onnx::TypeProto::kSparseTensorType:
+      return "sparse tensor";
+    default:
+      return "unknown";
   }
 }
 
@@ -81,7 +87,9 @@ class Importer {
       if (id.domain().empty() || id.domain() == "ai.onnx") opset = id.version();
     // IR version 1-2 models predate opset_import and mean opset 1.
     if (!opset && model_.ir_version() < 3) opset = 1;
-    if (!opset) fail(ErrorKind::kInvalidModel, "the model imports no version of the ONNX opset");
+    // A model of custom-domain ops only (e.g. the training ops) need not import the default
+    // domain; the checker rejects default-domain nodes without an import.
+    if (!opset) opset = kMaxOpset;
     if (*opset < kMinOpset || *opset > kMaxOpset)
       fail(ErrorKind::kUnsupported, "ONNX opset {} is not supported (collage runs opsets {}-{})",
            *opset, kMinOpset, kMaxOpset);
@@ -124,6 +132,11 @@ class Importer {
       if (!seen.insert(in.name()).second)
         fail(ErrorKind::kInvalidModel, "graph input '{}' is listed twice", in.name());
       if (by_name_.count(in.name())) continue;  // has an initializer: a constant
+      if (auto frozen = options_.constant_inputs.find(in.name());
+          frozen != options_.constant_inputs.end()) {
+        by_name_[in.name()] = graph_.add_constant(in.name(), frozen->second);
+        continue;
+      }
       if (!in.type().has_tensor_type())
         fail(ErrorKind::kUnsupported, "input '{}' is a {}; only tensor inputs are supported",
              in.name(), type_case_name(in.type()));
@@ -140,10 +153,14 @@ class Importer {
       by_name_[in.name()] = v;
       graph_.inputs.push_back(v);
     }
+    for (const auto& [name, value] : options_.constant_inputs)
+      if (!seen.count(name))
+        fail(ErrorKind::kInvalidArgument,
+             "a value is given for '{}', but the model has no such input", name);
     for (const auto& [name, shape] : options_.input_shapes)
       if (!seen.count(name))
-        fail(ErrorKind::kInvalidArgument, "a shape is given for '{}', but the model has no such input",
-             name);
+        fail(ErrorKind::kInvalidArgument,
+             "a shape is given for '{}', but the model has no such input", name);
   }
 
   Shape input_shape(const onnx::ValueInfoProto& in) {

@@ -44,31 +44,54 @@ void copy_field(const Field& field, const Tensor& t) {
 // The typed repeated field that holds `dtype` when raw_data is not used, and its length.
 int typed_field_size(const onnx::TensorProto& p, DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return p.float_data_size();
-    case DType::kFloat64: return p.double_data_size();
-    case DType::kInt64: return p.int64_data_size();
+    case DType::kFloat32:
+      return p.float_data_size();
+    case DType::kFloat64:
+      return p.double_data_size();
+    case DType::kInt64:
+      return p.int64_data_size();
     case DType::kUInt32:
-    case DType::kUInt64: return p.uint64_data_size();
-    default: return p.int32_data_size();  // int8/16/32, uint8/16, bool, float16, bfloat16
+    case DType::kUInt64:
+      return p.uint64_data_size();
+    default:
+      return p.int32_data_size();  // int8/16/32, uint8/16, bool, float16, bfloat16
   }
 }
 
 void copy_typed_fields(const onnx::TensorProto& p, const Tensor& t) {
   switch (t.dtype()) {
-    case DType::kFloat32: copy_field<float>(p.float_data(), t); break;
-    case DType::kFloat64: copy_field<double>(p.double_data(), t); break;
-    case DType::kInt64: copy_field<int64_t>(p.int64_data(), t); break;
-    case DType::kUInt32: copy_field<uint32_t>(p.uint64_data(), t); break;
-    case DType::kUInt64: copy_field<uint64_t>(p.uint64_data(), t); break;
-    case DType::kInt32: copy_field<int32_t>(p.int32_data(), t); break;
-    case DType::kInt16: copy_field<int16_t>(p.int32_data(), t); break;
-    case DType::kInt8: copy_field<int8_t>(p.int32_data(), t); break;
+    case DType::kFloat32:
+      copy_field<float>(p.float_data(), t);
+      break;
+    case DType::kFloat64:
+      copy_field<double>(p.double_data(), t);
+      break;
+    case DType::kInt64:
+      copy_field<int64_t>(p.int64_data(), t);
+      break;
+    case DType::kUInt32:
+      copy_field<uint32_t>(p.uint64_data(), t);
+      break;
+    case DType::kUInt64:
+      copy_field<uint64_t>(p.uint64_data(), t);
+      break;
+    case DType::kInt32:
+      copy_field<int32_t>(p.int32_data(), t);
+      break;
+    case DType::kInt16:
+      copy_field<int16_t>(p.int32_data(), t);
+      break;
+    case DType::kInt8:
+      copy_field<int8_t>(p.int32_data(), t);
+      break;
     case DType::kUInt16:
     case DType::kFloat16:
     case DType::kBFloat16:  // the 16 bits of a half float sit in the low half of an int32
       copy_field<uint16_t>(p.int32_data(), t);
       break;
-    case DType::kUInt8: copy_field<uint8_t>(p.int32_data(), t); break;
+    case DType::kUInt8:
+      copy_field<uint8_t>(p.int32_data(), t);
+      break;
     case DType::kBool: {
       auto* dst = static_cast<uint8_t*>(t.raw());
       for (int i = 0; i < p.int32_data_size(); ++i) dst[i] = p.int32_data(i) != 0;
@@ -130,8 +153,8 @@ fs::path resolve_external_path(const onnx::TensorProto& p, const std::string& lo
   if (ec) fail(ErrorKind::kIo, "cannot resolve '{}': {}", full.string(), ec.message());
   if (!is_within(base, real))
     fail(ErrorKind::kPathViolation,
-         "tensor '{}': external data '{}' resolves to '{}', outside the model's folder",
-         p.name(), location, real.string());
+         "tensor '{}': external data '{}' resolves to '{}', outside the model's folder", p.name(),
+         location, real.string());
   if (!fs::is_regular_file(real, ec))
     fail(ErrorKind::kIo, "tensor '{}': external data '{}' is not a regular file", p.name(),
          real.string());
@@ -203,8 +226,10 @@ DType dtype_from_onnx(int32_t data_type, const std::string& what) {
     case DType::kFloat64:
     case DType::kUInt32:
     case DType::kUInt64:
-    case DType::kBFloat16: return t;
-    case DType::kString: fail(ErrorKind::kUnsupported, "{}: string tensors are not supported", what);
+    case DType::kBFloat16:
+      return t;
+    case DType::kString:
+      fail(ErrorKind::kUnsupported, "{}: string tensors are not supported", what);
     default:
       fail(ErrorKind::kUnsupported, "{}: ONNX element type {} is not supported", what, data_type);
   }
@@ -227,8 +252,8 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir
     read_external(p, base_dir, t);
   } else if (p.has_raw_data()) {
     if (static_cast<int64_t>(p.raw_data().size()) != bytes)
-      fail(ErrorKind::kInvalidModel, "{} has {} bytes of raw data but shape {} ({}) needs {}",
-           what, p.raw_data().size(), shape_to_string(shape), dtype_name(dtype), bytes);
+      fail(ErrorKind::kInvalidModel, "{} has {} bytes of raw data but shape {} ({}) needs {}", what,
+           p.raw_data().size(), shape_to_string(shape), dtype_name(dtype), bytes);
     if (bytes) std::memcpy(t.raw(), p.raw_data().data(), bytes);
   } else {
     int count = typed_field_size(p, dtype);

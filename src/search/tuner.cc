@@ -131,7 +131,7 @@ class Tuner {
     std::vector<SearchCandidate> search;
     for (const auto& c : candidates_) search.push_back({c.nodes, 0, c.cost_ms});
     OpLevelResult r = op_level_search(graph_, search, result_.step_overhead_ms);
-    spdlog::info("op-level search: {} states, predicted {:.3f} ms", r.states_explored, r.cost_ms);
+    spdlog::debug("op-level search: {} states, predicted {:.3f} ms", r.states_explored, r.cost_ms);
     return r.chosen;
   }
 

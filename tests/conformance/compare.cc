@@ -35,8 +35,8 @@ double float_element(const Tensor& t, int64_t i) {
     case DType::kFloat16:
       return half_to_float(static_cast<const uint16_t*>(t.raw())[i]);
     case DType::kBFloat16:
-      return std::bit_cast<float>(
-          static_cast<uint32_t>(static_cast<const uint16_t*>(t.raw())[i]) << 16);
+      return std::bit_cast<float>(static_cast<uint32_t>(static_cast<const uint16_t*>(t.raw())[i])
+                                  << 16);
     default:
       return t.get_as_double(i);
   }
@@ -102,8 +102,8 @@ std::string compare_exact(const Tensor& actual, const Tensor& expected) {
     }
   }
   if (mismatches == 0) return "";
-  return fmt::format("{} of {} elements differ; first at index {}: got {}, expected {}",
-                     mismatches, expected.numel(), first, element_string(actual, first),
+  return fmt::format("{} of {} elements differ; first at index {}: got {}, expected {}", mismatches,
+                     expected.numel(), first, element_string(actual, first),
                      element_string(expected, first));
 }
 

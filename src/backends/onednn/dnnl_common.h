@@ -1,0 +1,118 @@
+// What every onednn kernel shares: the process-wide engine, plain memory descriptors for
+// collage's row-major tensors, and Program, a fixed list of primitive executions whose
+// boundary memories are re-pointed at the caller's tensors on each run.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <dnnl.hpp>
+
+#include "collage/error.h"
+#include "collage/graph.h"
+#include "collage/kernel.h"
+
+namespace collage::onednn {
+
+using Dims = dnnl::memory::dims;
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+dnnl::engine& cpu_engine();
+std::string library_version();  // "2.6.3"
+std::string effective_isa();    // e.g. "avx512_core_bf16"
+
+// A rank-0 shape becomes {1}: oneDNN has no scalars.
+Dims to_dims(const Shape& shape);
+// float32, row-major (strides of `shape`).
+dnnl::memory::desc plain_md(const Shape& shape);
+// Left-pads `shape` with ones to `rank` dims (numpy broadcasting alignment).
+Shape pad_rank(const Shape& shape, size_t rank);
+
+// Every attr we build uses a user scratchpad: oneDNN's library scratchpad is freed and
+// reallocated around executions, which costs page faults on each run.
+dnnl::primitive_attr base_attr();
+
+// Runs `make` (primitive_desc creation) and turns oneDNN's refusal into
+// Error(kUnsupported) naming `what`.
+template <typename F>
+auto create_pd(const std::string& what, F&& make) -> decltype(make()) {
+  try {
+    return make();
+  } catch (const dnnl::error& e) {
+    fail(ErrorKind::kUnsupported, "onednn: {}: {}", what, e.what());
+  }
+}
+
+// True for oneDNN's reference (plain C++ loop) implementations. A fused kernel (more than
+// one node) that lands on one is refused: the same ops unfused run on jit kernels. A single
+// op is kept: the tuner measures it against the other backends anyway.
+bool is_reference_impl(const std::string& impl_info);
+
+// A compiled sequence of primitive executions over memories created at compile time.
+// Kernel inputs/outputs are bound to memories whose data handle is swapped in run(), so
+// running allocates nothing.
+class Program {
+ public:
+  Program();
+
+  // A memory that will point at kernel input (output) `index` when the program runs.
+  dnnl::memory input(int index, const dnnl::memory::desc& md);
+  dnnl::memory output(int index, const dnnl::memory::desc& md);
+  // A buffer owned by the program, allocated and touched now.
+  dnnl::memory buffer(const dnnl::memory::desc& md);
+  // Constant data (a plain float32 tensor described by `from`) converted now to `to`.
+  dnnl::memory constant(const Tensor& tensor, const dnnl::memory::desc& from,
+                        const dnnl::memory::desc& to);
+  // `from` itself when it already has layout `md`, else a buffer filled by a reorder step.
+  dnnl::memory in_layout(const dnnl::memory& from, const dnnl::memory::desc& md);
+  // The memory a primitive should write for output memory `out` when it prefers `md`: `out`
+  // when the layouts agree; else a buffer, and finish_output() adds the reorder to `out`.
+  dnnl::memory staging_for(const dnnl::memory& out, const dnnl::memory::desc& md);
+  void finish_output(const dnnl::memory& staged, const dnnl::memory& out);
+  // Adds a reorder step (layout conversion or plain copy).
+  void copy(const dnnl::memory& from, const dnnl::memory& to);
+  // Adds an execution of `primitive`; `pd` supplies its scratchpad size.
+  void add(const dnnl::primitive& primitive, const dnnl::primitive_desc_base& pd,
+           std::vector<std::pair<int, dnnl::memory>> args);
+
+  // Allocates the scratchpad the steps share (they run one after another). Call once, last.
+  void finalize();
+  void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs);
+
+ private:
+  struct Step {
+    dnnl::primitive primitive;
+    std::vector<dnnl::memory> memories;  // keeps the handles in `args` alive
+    std::vector<dnnl_exec_arg_t> args;
+    dnnl::memory::desc scratchpad_md;
+  };
+  dnnl::stream stream_;
+  std::vector<std::pair<int, dnnl::memory>> inputs_, outputs_;
+  std::vector<Step> steps_;
+  std::vector<dnnl::memory> buffers_;
+  dnnl::memory scratchpad_;
+};
+
+class ProgramKernel : public Kernel {
+ public:
+  explicit ProgramKernel(Program program) : program_(std::move(program)) { program_.finalize(); }
+  void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs) override {
+    program_.run(inputs, outputs);
+  }
+
+ private:
+  Program program_;
+};
+
+// Index of `value` in subgraph.inputs, or -1.
+int input_index(const Graph& subgraph, ValueId value);
+// Index of `value` in subgraph.outputs, or -1.
+int output_index(const Graph& subgraph, ValueId value);
+// Throws kUnsupported unless `value` is float32.
+void require_f32(const Graph& graph, ValueId value, const char* what);
+
+}  // namespace collage::onednn

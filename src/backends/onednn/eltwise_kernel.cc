@@ -1,0 +1,108 @@
+// Chains of elementwise ops: the first step runs as an eltwise or binary primitive, the
+// rest as its post-ops, in one pass over memory.
+#include "backends/onednn/epilogue.h"
+#include "backends/onednn/kernels.h"
+
+namespace collage::onednn {
+namespace {
+
+// The first step of the chain: it contains node 0 and reads `*x`, a kernel input.
+std::optional<TailStep> first_step(const Graph& sub, const Consumers& consumers, ValueId* x) {
+  const Node& n0 = sub.node(0);
+  for (ValueId in : n0.inputs) {
+    if (in == kNoValue || sub.value(in).is_constant()) continue;
+    std::optional<TailStep> gelu = match_gelu(sub, consumers, in, false);
+    if (gelu && gelu->nodes.front() == 0) {
+      *x = in;
+      return gelu;
+    }
+  }
+  // Prefer the operand that already has the output's shape: oneDNN's binary broadcasts
+  // only its second source.
+  for (ValueId in : n0.inputs) {
+    if (in == kNoValue || sub.value(in).is_constant() || n0.outputs.empty()) continue;
+    std::optional<std::vector<PostOp>> ops = node_post_ops(sub, n0, in);
+    if (!ops) continue;
+    *x = in;
+    return TailStep{{0}, n0.outputs[0], std::move(*ops)};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> compile_elementwise(const Graph& sub) {
+  const Consumers consumers = sub.consumers();
+  ValueId x = kNoValue;
+  std::optional<TailStep> head = first_step(sub, consumers, &x);
+  if (!head)
+    fail(ErrorKind::kUnsupported, "onednn: no elementwise kernel for {}", sub.node(0).op_type);
+  std::vector<bool> covered(sub.num_nodes(), false);
+  for (NodeId n : head->nodes) covered[n] = true;
+  Tail tail = parse_tail(sub, head->out, covered);
+  std::vector<PostOp> ops = head->ops;
+  ops.insert(ops.end(), tail.ops.begin(), tail.ops.end());
+  const Shape& shape = sub.value(x).shape;
+  PostOp first;
+  if (ops.front().kind == PostOp::Kind::kBinary || ops.size() == 1) {
+    first = ops.front();
+    ops.erase(ops.begin());
+  } else {
+    // oneDNN's eltwise primitive takes post-ops only in its reference implementation; a
+    // binary "x + 0" runs the whole chain as post-ops in its jit kernel, still one pass.
+    first.kind = PostOp::Kind::kBinary;
+    first.alg = dnnl::algorithm::binary_add;
+    first.constant = Tensor::scalar(0.0f);
+    first.operand_shape = Shape(shape.size(), 1);
+  }
+  const int xi = input_index(sub, x);
+  if (xi < 0) fail(ErrorKind::kUnsupported, "onednn: elementwise input is not a kernel input");
+  Program program;
+  const dnnl::memory::desc md = plain_md(shape);
+  dnnl::memory x_mem = program.input(xi, md);
+  dnnl::memory y_mem = program.output(0, md);
+  auto same = [](const Shape& s) { return std::optional<Shape>(s); };
+  BoundPostOps post = bind_post_ops(ops, sub, shape, same, program);
+  dnnl::primitive_attr attr = base_attr();
+  attr.set_post_ops(post.ops);
+  const auto inference = dnnl::prop_kind::forward_inference;
+  std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_DST, y_mem}};
+  dnnl::primitive prim;
+  std::shared_ptr<dnnl::primitive_desc_base> pd;
+  if (first.kind == PostOp::Kind::kEltwise) {
+    auto p = create_pd("eltwise", [&] {
+      return dnnl::eltwise_forward::primitive_desc(
+          dnnl::eltwise_forward::desc(inference, first.alg, md, first.alpha, first.beta), attr,
+          cpu_engine());
+    });
+    prim = dnnl::eltwise_forward(p);
+    pd = std::make_shared<dnnl::eltwise_forward::primitive_desc>(p);
+    args.emplace_back(DNNL_ARG_SRC, x_mem);
+  } else {
+    const dnnl::memory::desc md1 = plain_md(first.operand_shape);
+    dnnl::memory src1;
+    if (first.constant.defined()) {
+      src1 = program.constant(first.constant, md1, md1);
+    } else {
+      const int i = input_index(sub, first.operand);
+      if (i < 0) fail(ErrorKind::kUnsupported, "onednn: binary operand is not a kernel input");
+      src1 = program.input(i, md1);
+    }
+    auto p = create_pd("binary", [&] {
+      return dnnl::binary::primitive_desc(dnnl::binary::desc(first.alg, md, md1, md), attr,
+                                          cpu_engine());
+    });
+    prim = dnnl::binary(p);
+    pd = std::make_shared<dnnl::binary::primitive_desc>(p);
+    args.emplace_back(DNNL_ARG_SRC_0, x_mem);
+    args.emplace_back(DNNL_ARG_SRC_1, src1);
+  }
+  if (sub.num_nodes() > 1 && is_reference_impl(pd->impl_info_str()))
+    fail(ErrorKind::kUnsupported, "onednn: no optimized elementwise kernel with these post-ops");
+  if (post.residual) program.copy(post.residual, y_mem);
+  args.insert(args.end(), post.args.begin(), post.args.end());
+  program.add(prim, *pd, std::move(args));
+  return std::make_unique<ProgramKernel>(std::move(program));
+}
+
+}  // namespace collage::onednn

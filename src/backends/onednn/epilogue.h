@@ -1,0 +1,78 @@
+// Elementwise tails expressed as oneDNN post-ops. A tail is parsed into steps: one node
+// (Relu, Clip with constant bounds, Add/Mul/... with a constant or another tensor) or a
+// whole exported GELU (x * 0.5 * (1 + Erf(x / sqrt 2)) -> gelu_erf). Each step maps to one
+// or two post-ops. The same parser serves the fusion rule (which proposes tails) and
+// compile() (which must accept exactly what was proposed).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "backends/onednn/dnnl_common.h"
+
+namespace collage::onednn {
+
+struct PostOp {
+  enum class Kind { kEltwise, kBinary };
+  Kind kind = Kind::kEltwise;
+  dnnl::algorithm alg = dnnl::algorithm::undef;
+  float alpha = 0, beta = 0;   // eltwise parameters
+  Tensor constant;             // kBinary: constant second operand (float32), or
+  ValueId operand = kNoValue;  // kBinary: runtime second operand
+  Shape operand_shape;         // kBinary: its shape, left-padded to the output's rank
+};
+
+// Nodes covering one post-op step and the value the step produces.
+struct TailStep {
+  std::vector<NodeId> nodes;
+  ValueId out = kNoValue;
+  std::vector<PostOp> ops;
+};
+
+using Consumers = std::vector<std::vector<NodeId>>;
+
+// The post-ops of node `node` applied to `cur` (one of its inputs), when the node maps to
+// post-ops and keeps the shape of `cur`.
+std::optional<std::vector<PostOp>> node_post_ops(const Graph& g, const Node& node, ValueId cur);
+
+// An exported erf-GELU reading `x`: its five nodes and output. With `whole_reader`, every
+// reader of x must be in it (x is an interior value of a fused kernel).
+std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, ValueId x,
+                                   bool whole_reader);
+
+// The step that reads `cur` next in a tail: all of cur's readers must be in it, so cur
+// need not be materialised. Stops (nullopt) at graph outputs.
+std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumers, ValueId cur);
+
+// Parses every node of `subgraph` not yet in `covered` as a tail reading `cur`, in steps;
+// throws kUnsupported when some node does not fit or an interior value is an output.
+// Returns the ops and the final value (the kernel's only output).
+struct Tail {
+  std::vector<PostOp> ops;
+  ValueId out = kNoValue;
+};
+Tail parse_tail(const Graph& subgraph, ValueId cur, std::vector<bool> covered);
+
+// Post-ops ready for a primitive: built against the primitive's dst dims.
+struct BoundPostOps {
+  dnnl::post_ops ops;
+  std::vector<std::pair<int, dnnl::memory>> args;  // binary operands
+  dnnl::memory residual;  // when set: copy it into dst before executing (sum post-op)
+};
+
+// Maps an operand shape (padded to the output rank) to the primitive's dst dims, or
+// nullopt when the kernel's view of dst can't express it (e.g. a flattened MatMul).
+using ShapeMapper = std::function<std::optional<Shape>(const Shape&)>;
+
+// `dst_shape`: the tail's (= output's) shape. Runtime operands are bound to kernel inputs
+// of `subgraph`. The first runtime Add/Sub of a same-shape tensor becomes a sum post-op.
+BoundPostOps bind_post_ops(const std::vector<PostOp>& ops, const Graph& subgraph,
+                           const Shape& dst_shape, const ShapeMapper& map, Program& program);
+
+// Removes a leading "add a constant broadcast along `axis` only" from `ops` and returns it
+// as a per-channel vector of `channels` values (a bias the primitive adds itself).
+std::optional<std::vector<float>> take_channel_bias(std::vector<PostOp>& ops, size_t axis,
+                                                    int64_t channels);
+
+}  // namespace collage::onednn

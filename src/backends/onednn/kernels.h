@@ -1,0 +1,39 @@
+// The kernel families of the onednn backend. Each compile_* takes the standalone subgraph
+// handed to Backend::compile, whose first node is the family's op (followed by an
+// elementwise tail fused as post-ops where the family allows), and throws
+// Error(kUnsupported) for what it can't express.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "collage/graph.h"
+#include "collage/kernel.h"
+
+namespace collage::onednn {
+
+// Conv / ConvTranspose (1-3 spatial dims, groups, bias) + tail.  conv_kernel.cc
+std::unique_ptr<Kernel> compile_conv(const Graph& subgraph);
+// MatMul (batched, broadcasting) / Gemm (transA/B, alpha, beta, C) + tail.  matmul_kernel.cc
+std::unique_ptr<Kernel> compile_matmul(const Graph& subgraph);
+// Max/Average/GlobalMax/GlobalAverage pooling + tail.  pool_kernel.cc
+std::unique_ptr<Kernel> compile_pool(const Graph& subgraph);
+// BatchNormalization (inference, optional Relu), LayerNormalization, Softmax/LogSoftmax,
+// and the exported LayerNorm decomposition.  norm_kernel.cc
+std::unique_ptr<Kernel> compile_norm(const Graph& subgraph);
+// A chain of elementwise ops (unary, binary with broadcasting, exported GELU).
+// eltwise_kernel.cc
+std::unique_ptr<Kernel> compile_elementwise(const Graph& subgraph);
+
+// The exported LayerNorm decomposition (ReduceMean -> Sub -> Pow 2 -> ReduceMean -> Add eps
+// -> Sqrt -> Div [-> Mul gamma] [-> Add beta]) over the last axis, when `nodes` of `graph`
+// are exactly that.
+struct LayerNormSpec {
+  ValueId x = kNoValue, out = kNoValue;
+  ValueId gamma = kNoValue, beta = kNoValue;  // constants, or kNoValue
+  float epsilon = 0;
+};
+std::optional<LayerNormSpec> match_layer_norm(const Graph& graph, const std::vector<NodeId>& nodes);
+
+}  // namespace collage::onednn

@@ -1,0 +1,299 @@
+// Normalizations: BatchNormalization (inference statistics, optional fused Relu),
+// LayerNormalization (the op, and the ReduceMean/Sub/Pow/... decomposition opset-13
+// exporters emit), Softmax and LogSoftmax. All on row-major data.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "backends/onednn/epilogue.h"
+#include "backends/onednn/kernels.h"
+
+namespace collage::onednn {
+namespace {
+
+using flags = dnnl::normalization_flags;
+
+int64_t product(const Shape& s, size_t begin, size_t end) {
+  return std::accumulate(s.begin() + begin, s.begin() + end, int64_t{1}, std::multiplies<>());
+}
+
+int kernel_input(const Graph& sub, ValueId v, const char* what) {
+  const int i = input_index(sub, v);
+  if (i < 0) fail(ErrorKind::kUnsupported, "onednn: {} is not a kernel input", what);
+  return i;
+}
+
+// A per-channel parameter: packed now when constant, else bound to its kernel input.
+dnnl::memory channel_param(const Graph& sub, ValueId v, int64_t channels, Program& program) {
+  require_f32(sub, v, "normalization parameter");
+  if (sub.value(v).constant.defined() ? sub.value(v).constant.numel() != channels
+                                      : shape_numel(sub.value(v).shape) != channels)
+    fail(ErrorKind::kUnsupported, "onednn: parameter of {} values for {} channels",
+         shape_numel(sub.value(v).shape), channels);
+  const dnnl::memory::desc md({channels}, dt::f32, tag::a);
+  if (sub.value(v).is_constant()) return program.constant(sub.value(v).constant, md, md);
+  return program.input(kernel_input(sub, v, "parameter"), md);
+}
+
+std::unique_ptr<Kernel> compile_batch_norm(const Graph& sub) {
+  const Node& node = sub.node(0);
+  const ValueId x = node.input(0), y = node.outputs[0];
+  require_f32(sub, x, "BatchNormalization input");
+  for (size_t i = 1; i < node.outputs.size(); ++i)
+    if (node.outputs[i] != kNoValue || node.attr_int("training_mode", 0) != 0)
+      fail(ErrorKind::kUnsupported, "onednn: BatchNormalization in training mode");
+  const Shape& xs = sub.value(x).shape;
+  if (xs.size() < 2) fail(ErrorKind::kUnsupported, "onednn: BatchNormalization of rank < 2");
+  bool relu = false;
+  if (sub.num_nodes() == 2 && sub.node(1).op_type == "Relu" && sub.node(1).input(0) == y) {
+    relu = true;
+  } else if (sub.num_nodes() != 1) {
+    fail(ErrorKind::kUnsupported, "onednn: BatchNormalization fuses only a Relu");
+  }
+  const ValueId out = relu ? sub.node(1).outputs[0] : y;
+  if (sub.outputs != std::vector<ValueId>{out})
+    fail(ErrorKind::kUnsupported, "onednn: BatchNormalization's interior value is read outside");
+  const int64_t c = xs[1];
+  Program program;
+  dnnl::memory x_mem = program.input(kernel_input(sub, x, "input"), plain_md(xs));
+  dnnl::memory y_mem = program.output(0, plain_md(xs));
+  dnnl::memory scale = channel_param(sub, node.input(1), c, program);
+  dnnl::memory shift = channel_param(sub, node.input(2), c, program);
+  dnnl::memory mean = channel_param(sub, node.input(3), c, program);
+  dnnl::memory var = channel_param(sub, node.input(4), c, program);
+  flags f = flags::use_global_stats | flags::use_scale | flags::use_shift;
+  if (relu) f = f | flags::fuse_norm_relu;
+  dnnl::primitive_attr attr = base_attr();
+  auto pd = create_pd("batch normalization", [&] {
+    return dnnl::batch_normalization_forward::primitive_desc(
+        dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, plain_md(xs),
+                                                node.attr_float("epsilon", 1e-5f), f),
+        attr, cpu_engine());
+  });
+  program.add(dnnl::batch_normalization_forward(pd), pd,
+              {{DNNL_ARG_SRC, x_mem},
+               {DNNL_ARG_DST, y_mem},
+               {DNNL_ARG_SCALE, scale},
+               {DNNL_ARG_SHIFT, shift},
+               {DNNL_ARG_MEAN, mean},
+               {DNNL_ARG_VARIANCE, var}});
+  return std::make_unique<ProgramKernel>(std::move(program));
+}
+
+// Layer normalization over the trailing `norm_size` elements of each row of `x`.
+std::unique_ptr<Kernel> layer_norm_kernel(const Graph& sub, ValueId x, ValueId gamma, ValueId beta,
+                                          float epsilon, int64_t norm_size) {
+  const Shape& xs = sub.value(x).shape;
+  const Shape rows_md = {shape_numel(xs) / norm_size, norm_size};
+  Program program;
+  dnnl::memory x_mem = program.input(kernel_input(sub, x, "input"), plain_md(rows_md));
+  dnnl::memory y_mem = program.output(0, plain_md(rows_md));
+  flags f = flags::none;
+  std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_SRC, x_mem}, {DNNL_ARG_DST, y_mem}};
+  if (gamma != kNoValue) {
+    f = f | flags::use_scale;
+    args.emplace_back(DNNL_ARG_SCALE, channel_param(sub, gamma, norm_size, program));
+  }
+  if (beta != kNoValue) {
+    f = f | flags::use_shift;
+    args.emplace_back(DNNL_ARG_SHIFT, channel_param(sub, beta, norm_size, program));
+  }
+  dnnl::primitive_attr attr = base_attr();
+  auto pd = create_pd("layer normalization", [&] {
+    return dnnl::layer_normalization_forward::primitive_desc(
+        dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_inference,
+                                                plain_md(rows_md), epsilon, f),
+        attr, cpu_engine());
+  });
+  program.add(dnnl::layer_normalization_forward(pd), pd, std::move(args));
+  return std::make_unique<ProgramKernel>(std::move(program));
+}
+
+std::unique_ptr<Kernel> compile_layer_norm_op(const Graph& sub) {
+  const Node& node = sub.node(0);
+  if (sub.num_nodes() != 1)
+    fail(ErrorKind::kUnsupported, "onednn: LayerNormalization fuses nothing");
+  for (size_t i = 1; i < node.outputs.size(); ++i)
+    if (node.outputs[i] != kNoValue)
+      fail(ErrorKind::kUnsupported, "onednn: LayerNormalization's Mean/InvStdDev outputs");
+  const ValueId x = node.input(0);
+  require_f32(sub, x, "LayerNormalization input");
+  const Shape& xs = sub.value(x).shape;
+  int64_t axis = node.attr_int("axis", -1);
+  if (axis < 0) axis += static_cast<int64_t>(xs.size());
+  if (axis < 0 || axis >= static_cast<int64_t>(xs.size()))
+    fail(ErrorKind::kUnsupported, "onednn: LayerNormalization axis out of range");
+  return layer_norm_kernel(sub, x, node.input(1), node.input(2), node.attr_float("epsilon", 1e-5f),
+                           product(xs, axis, xs.size()));
+}
+
+std::unique_ptr<Kernel> compile_softmax(const Graph& sub) {
+  const Node& node = sub.node(0);
+  if (sub.num_nodes() != 1) fail(ErrorKind::kUnsupported, "onednn: Softmax fuses nothing");
+  const ValueId x = node.input(0);
+  require_f32(sub, x, "Softmax input");
+  const Shape& xs = sub.value(x).shape;
+  const int64_t rank = static_cast<int64_t>(xs.size());
+  if (rank == 0) fail(ErrorKind::kUnsupported, "onednn: Softmax of a scalar");
+  const bool legacy = sub.opset < 13;
+  int64_t axis = node.attr_int("axis", legacy ? 1 : -1);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) fail(ErrorKind::kUnsupported, "onednn: Softmax axis out of range");
+  // Before opset 13 the input is coerced to 2-D at `axis`.
+  const Shape shape = legacy ? Shape{product(xs, 0, axis), product(xs, axis, rank)} : xs;
+  const int softmax_axis = legacy ? 1 : static_cast<int>(axis);
+  Program program;
+  dnnl::memory x_mem = program.input(kernel_input(sub, x, "input"), plain_md(shape));
+  dnnl::memory y_mem = program.output(0, plain_md(shape));
+  dnnl::primitive_attr attr = base_attr();
+  const auto inference = dnnl::prop_kind::forward_inference;
+  if (node.op_type == "LogSoftmax") {
+    auto pd = create_pd("logsoftmax", [&] {
+      return dnnl::logsoftmax_forward::primitive_desc(
+          dnnl::logsoftmax_forward::desc(inference, plain_md(shape), softmax_axis), attr,
+          cpu_engine());
+    });
+    program.add(dnnl::logsoftmax_forward(pd), pd, {{DNNL_ARG_SRC, x_mem}, {DNNL_ARG_DST, y_mem}});
+  } else {
+    auto pd = create_pd("softmax", [&] {
+      return dnnl::softmax_forward::primitive_desc(
+          dnnl::softmax_forward::desc(inference, plain_md(shape), softmax_axis), attr,
+          cpu_engine());
+    });
+    program.add(dnnl::softmax_forward(pd), pd, {{DNNL_ARG_SRC, x_mem}, {DNNL_ARG_DST, y_mem}});
+  }
+  return std::make_unique<ProgramKernel>(std::move(program));
+}
+
+std::optional<float> scalar(const Graph& g, ValueId v) {
+  if (v == kNoValue || !g.value(v).is_constant() || g.value(v).constant.numel() != 1)
+    return std::nullopt;
+  return static_cast<float>(g.value(v).constant.get_as_double(0));
+}
+
+// The producer of `v` when it is one of `nodes` with type `type`.
+const Node* producer_in(const Graph& g, const std::vector<NodeId>& nodes, ValueId v,
+                        const char* type) {
+  if (v == kNoValue || g.value(v).producer < 0) return nullptr;
+  const NodeId p = g.value(v).producer;
+  if (!std::binary_search(nodes.begin(), nodes.end(), p)) return nullptr;
+  const Node& n = g.node(p);
+  return n.op_type == type && n.domain.empty() ? &n : nullptr;
+}
+
+// ReduceMean over the last axis only, keeping dims.
+bool mean_over_last_axis(const Graph& g, const Node& n) {
+  if (n.attr_int("keepdims", 1) == 0 || n.input(0) == kNoValue) return false;
+  const int64_t rank = static_cast<int64_t>(g.value(n.input(0)).shape.size());
+  std::vector<int64_t> axes = n.attr_ints("axes", {});
+  if (n.input(1) != kNoValue) {
+    if (!g.value(n.input(1)).is_constant()) return false;
+    axes = g.value(n.input(1)).constant.to_int_vector();
+  }
+  return axes.size() == 1 && (axes[0] == -1 || axes[0] == rank - 1);
+}
+
+// A constant that varies along the last axis only (or not at all): gamma/beta.
+bool last_axis_constant(const Graph& g, ValueId v, const Shape& xs) {
+  if (v == kNoValue || !g.value(v).is_constant() || g.value(v).dtype != DType::kFloat32)
+    return false;
+  const Shape& s = g.value(v).shape;
+  if (s.size() > xs.size()) return false;
+  const Shape p = pad_rank(s, xs.size());
+  for (size_t i = 0; i + 1 < p.size(); ++i)
+    if (p[i] != 1) return false;
+  return p.empty() || p.back() == xs.back() || p.back() == 1;
+}
+
+// A per-channel vector of `n` values from a gamma/beta constant (a broadcast scalar too).
+Tensor expand_channels(const Tensor& t, int64_t n) {
+  if (t.numel() == n) return t;
+  std::vector<float> v(n, t.data<float>()[0]);
+  return Tensor::from_vector<float>({n}, v);
+}
+
+std::unique_ptr<Kernel> compile_layer_norm_decomposition(const Graph& sub) {
+  std::vector<NodeId> all(sub.num_nodes());
+  std::iota(all.begin(), all.end(), 0);
+  std::optional<LayerNormSpec> spec = match_layer_norm(sub, all);
+  if (!spec) fail(ErrorKind::kUnsupported, "onednn: not a LayerNorm decomposition it knows");
+  if (sub.outputs != std::vector<ValueId>{spec->out})
+    fail(ErrorKind::kUnsupported, "onednn: LayerNorm's interior values are read outside");
+  const Shape& xs = sub.value(spec->x).shape;
+  // Constant gamma/beta are re-materialised as plain per-channel vectors in a private graph
+  // the kernel builder reads.
+  Graph g = sub;
+  const int64_t c = xs.back();
+  ValueId gamma = kNoValue, beta = kNoValue;
+  if (spec->gamma != kNoValue)
+    gamma = g.add_constant("ln_gamma", expand_channels(sub.value(spec->gamma).constant, c));
+  if (spec->beta != kNoValue)
+    beta = g.add_constant("ln_beta", expand_channels(sub.value(spec->beta).constant, c));
+  return layer_norm_kernel(g, spec->x, gamma, beta, spec->epsilon, c);
+}
+
+}  // namespace
+
+std::optional<LayerNormSpec> match_layer_norm(const Graph& g, const std::vector<NodeId>& nodes) {
+  std::vector<NodeId> sorted = nodes;
+  std::sort(sorted.begin(), sorted.end());
+  // Walk back from the last node: [Add beta] <- [Mul gamma] <- Div.
+  const Node& last = g.node(sorted.back());
+  if (last.outputs.empty()) return std::nullopt;
+  LayerNormSpec spec;
+  spec.out = last.outputs[0];
+  ValueId v = spec.out;
+  const Node* div = producer_in(g, sorted, v, "Div");
+  size_t count = 7;
+  auto take_affine = [&](const char* type, ValueId* param) {
+    const Node* n = producer_in(g, sorted, v, type);
+    if (!n || n->inputs.size() != 2) return;
+    const bool first = g.value(n->inputs[0]).is_constant();
+    *param = n->inputs[first ? 0 : 1];
+    v = n->inputs[first ? 1 : 0];
+    ++count;
+  };
+  if (!div) {
+    take_affine("Add", &spec.beta);
+    if (!(div = producer_in(g, sorted, v, "Div"))) {
+      take_affine("Mul", &spec.gamma);
+      div = producer_in(g, sorted, v, "Div");
+    }
+  }
+  if (!div || sorted.size() != count) return std::nullopt;
+  const Node* sub = producer_in(g, sorted, div->input(0), "Sub");
+  const Node* sqrt = producer_in(g, sorted, div->input(1), "Sqrt");
+  if (!sub || !sqrt) return std::nullopt;
+  const Node* add = producer_in(g, sorted, sqrt->input(0), "Add");
+  if (!add || add->inputs.size() != 2) return std::nullopt;
+  const bool eps_first = g.value(add->inputs[0]).is_constant();
+  std::optional<float> eps = scalar(g, add->inputs[eps_first ? 0 : 1]);
+  const Node* var = producer_in(g, sorted, add->inputs[eps_first ? 1 : 0], "ReduceMean");
+  if (!eps || !var) return std::nullopt;
+  const Node* pow = producer_in(g, sorted, var->input(0), "Pow");
+  if (!pow || pow->input(0) != sub->outputs[0] || scalar(g, pow->input(1)) != 2.0f)
+    return std::nullopt;
+  const Node* mean = producer_in(g, sorted, sub->input(1), "ReduceMean");
+  if (!mean || mean->input(0) != sub->input(0)) return std::nullopt;
+  if (!mean_over_last_axis(g, *mean) || !mean_over_last_axis(g, *var)) return std::nullopt;
+  spec.x = sub->input(0);
+  spec.epsilon = *eps;
+  const Shape& xs = g.value(spec.x).shape;
+  if (xs.empty() || g.value(spec.x).dtype != DType::kFloat32 || g.value(spec.out).shape != xs)
+    return std::nullopt;
+  if ((spec.gamma != kNoValue && !last_axis_constant(g, spec.gamma, xs)) ||
+      (spec.beta != kNoValue && !last_axis_constant(g, spec.beta, xs)))
+    return std::nullopt;
+  return spec;
+}
+
+std::unique_ptr<Kernel> compile_norm(const Graph& sub) {
+  const std::string& type = sub.node(0).op_type;
+  if (type == "BatchNormalization") return compile_batch_norm(sub);
+  if (type == "LayerNormalization") return compile_layer_norm_op(sub);
+  if (type == "Softmax" || type == "LogSoftmax") return compile_softmax(sub);
+  if (type == "ReduceMean") return compile_layer_norm_decomposition(sub);
+  fail(ErrorKind::kUnsupported, "onednn: no normalization kernel for {}", type);
+}
+
+}  // namespace collage::onednn

@@ -1,0 +1,98 @@
+// Max/Average pooling (and their Global forms) on pooling_v2 (which knows dilation), on
+// row-major activations: oneDNN's pooling runs well on NCHW and a reorder each way
+// would cost more than it saves.
+#include "backends/onednn/epilogue.h"
+#include "backends/onednn/kernels.h"
+
+namespace collage::onednn {
+
+std::unique_ptr<Kernel> compile_pool(const Graph& sub) {
+  const Node& node = sub.node(0);
+  const std::string& type = node.op_type;
+  const bool global = type == "GlobalMaxPool" || type == "GlobalAveragePool";
+  const bool is_max = type == "MaxPool" || type == "GlobalMaxPool";
+  const ValueId x = node.input(0), y = node.outputs[0];
+  require_f32(sub, x, "pool input");
+  require_f32(sub, y, "pool output");
+  for (size_t i = 1; i < node.outputs.size(); ++i)
+    if (node.outputs[i] != kNoValue)
+      fail(ErrorKind::kUnsupported, "onednn: MaxPool's Indices output");
+  const Shape& xs = sub.value(x).shape;
+  const Shape& ys = sub.value(y).shape;
+  if (xs.size() < 3 || xs.size() > 5)
+    fail(ErrorKind::kUnsupported, "onednn: pool of rank {}", xs.size());
+  const size_t nd = xs.size() - 2;
+  const int xi = input_index(sub, x);
+  if (xi < 0) fail(ErrorKind::kUnsupported, "onednn: pool input is not a kernel input");
+
+  Dims kernel, strides, dilates, pad_l, pad_r;
+  const bool include_pad = !is_max && node.attr_int("count_include_pad", 0) != 0;
+  if (global) {
+    kernel.assign(xs.begin() + 2, xs.end());
+    strides.assign(nd, 1);
+    dilates.assign(nd, 0);
+    pad_l.assign(nd, 0);
+    pad_r.assign(nd, 0);
+  } else {
+    const std::vector<int64_t> k = node.attr_ints("kernel_shape");
+    const std::vector<int64_t> s = node.attr_ints("strides", std::vector<int64_t>(nd, 1));
+    const std::vector<int64_t> d = node.attr_ints("dilations", std::vector<int64_t>(nd, 1));
+    const std::vector<int64_t> pads = node.attr_ints("pads", std::vector<int64_t>(2 * nd, 0));
+    if (k.size() != nd || s.size() != nd || d.size() != nd || pads.size() != 2 * nd)
+      fail(ErrorKind::kUnsupported, "onednn: pool attributes do not match the rank");
+    const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
+    for (size_t i = 0; i < nd; ++i) {
+      const int64_t in = xs[i + 2], out = ys[i + 2], span = (k[i] - 1) * d[i] + 1;
+      int64_t pl = pads[i], pr = pads[i + nd];
+      if (auto_pad == "VALID") {
+        pl = pr = 0;
+      } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+        const int64_t total = std::max<int64_t>(0, (out - 1) * s[i] + span - in);
+        pl = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        pr = total - pl;
+      }
+      const int64_t needed = (out - 1) * s[i] + span - in - pl;
+      if ((in + pl + pr - span) / s[i] + 1 != out) {
+        // ceil_mode: the last window reaches past the end padding. Max and pad-excluding
+        // averages ignore padding, so extending it is exact; pad-counting averages are not.
+        if (include_pad && needed > pr)
+          fail(ErrorKind::kUnsupported, "onednn: ceil_mode average counting padding");
+        pr = needed;
+      }
+      kernel.push_back(k[i]);
+      strides.push_back(s[i]);
+      dilates.push_back(d[i] - 1);
+      pad_l.push_back(pl);
+      pad_r.push_back(pr);
+    }
+  }
+
+  std::vector<bool> covered(sub.num_nodes(), false);
+  covered[0] = true;
+  Tail tail = parse_tail(sub, y, covered);
+  Program program;
+  dnnl::memory x_user = program.input(xi, plain_md(xs));
+  dnnl::memory y_user = program.output(0, plain_md(ys));
+  BoundPostOps post = bind_post_ops(
+      tail.ops, sub, ys, [](const Shape& s) { return std::optional<Shape>(s); }, program);
+  dnnl::primitive_attr attr = base_attr();
+  attr.set_post_ops(post.ops);
+  const dnnl::algorithm alg = is_max        ? dnnl::algorithm::pooling_max
+                              : include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                            : dnnl::algorithm::pooling_avg_exclude_padding;
+  auto pd = create_pd("pooling", [&] {
+    return dnnl::pooling_v2_forward::primitive_desc(
+        dnnl::pooling_v2_forward::desc(dnnl::prop_kind::forward_inference, alg, plain_md(xs),
+                                       plain_md(ys), strides, kernel, dilates, pad_l, pad_r),
+        attr, cpu_engine());
+  });
+  if (sub.num_nodes() > 1 && is_reference_impl(pd.impl_info_str()))
+    fail(ErrorKind::kUnsupported, "onednn: no optimized pooling with these post-ops");
+  if (post.residual) program.copy(post.residual, y_user);
+  std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_SRC, x_user}, {DNNL_ARG_DST, y_user}};
+  args.insert(args.end(), post.args.begin(), post.args.end());
+  program.add(dnnl::pooling_v2_forward(pd), pd, std::move(args));
+  return std::make_unique<ProgramKernel>(std::move(program));
+}
+
+}  // namespace collage::onednn

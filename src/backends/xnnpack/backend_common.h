@@ -1,0 +1,19 @@
+// What the `xnnpack` and `xnnpack-graph` backends share beyond kernels: the listing facts
+// and the thread-budget plumbing.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backends/xnnpack/thread_pool.h"
+#include "backends/xnnpack/xnn_common.h"
+
+namespace collage::xnnpack {
+
+std::vector<std::string> backend_details();
+// threads <= 0: the process-wide budget.
+void set_backend_threads(int threads);
+// Throws Error(kBackend) when XNNPACK could not be initialised on this machine.
+void require_available();
+
+}  // namespace collage::xnnpack

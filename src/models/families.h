@@ -1,0 +1,30 @@
+// The zoo's model builders, one family per file. Each returns a fully shaped graph (batch 1,
+// fp32) with weights drawn from `seed`.
+#pragma once
+
+#include <cstdint>
+
+#include "collage/graph.h"
+
+namespace collage::models {
+
+// resnet.cc
+Graph resnet50(uint64_t seed);
+Graph resnext50(uint64_t seed);
+Graph resnet_tiny(uint64_t seed);
+Graph resnet3d_50(uint64_t seed);
+Graph resnet3d_tiny(uint64_t seed);
+// mobilenet_v2.cc
+Graph mobilenet_v2(uint64_t seed);
+Graph mobilenet_tiny(uint64_t seed);
+// bert.cc
+Graph bert_base(uint64_t seed);
+Graph bert_tiny(uint64_t seed);
+// dcgan.cc
+Graph dcgan(uint64_t seed);
+Graph dcgan_tiny(uint64_t seed);
+// nasnet.cc
+Graph nasnet_a_mobile(uint64_t seed);
+Graph nasnet_tiny(uint64_t seed);
+
+}  // namespace collage::models

@@ -1,0 +1,466 @@
+// The xnnpack backends (`xnnpack` op-level, `xnnpack-graph` graph-level) against the
+// reference backend on randomized small graphs, plus their pattern matches and refusals.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "collage/backend.h"
+#include "collage/session.h"
+#include "graph_builder.h"
+
+namespace collage {
+namespace {
+
+using testing::attr_f;
+using testing::attr_i;
+using testing::attr_ints;
+using testing::attr_s;
+using testing::GraphBuilder;
+
+Backend& op_level() {
+  return BackendRegistry::global().get("xnnpack");
+}
+Backend& graph_level() {
+  return BackendRegistry::global().get("xnnpack-graph");
+}
+
+// Worst output error relative to rtol 1e-3 (<= 1 passes) of `backend` compiling `graph`
+// whole, against the reference.
+double error_ratio(Backend& backend, const Graph& graph, uint64_t seed = 3) {
+  auto [got, want] = testing::run_backend_and_reference(backend, graph, seed);
+  return testing::tolerance_ratio(got, want);
+}
+
+// Both backends must take single-op (+ clamp) graphs; the graph-level one any region.
+void expect_both_match_reference(const Graph& graph, const std::string& what) {
+  EXPECT_LE(error_ratio(op_level(), graph), 1.0) << "xnnpack: " << what;
+  EXPECT_LE(error_ratio(graph_level(), graph), 1.0) << "xnnpack-graph: " << what;
+}
+
+ErrorKind compile_error(Backend& backend, const Graph& graph) {
+  try {
+    backend.compile(graph);
+  } catch (const Error& e) {
+    return e.kind();
+  }
+  return ErrorKind::kInternal;  // "did not throw": never expected by these tests
+}
+
+int pick(std::mt19937& rng, int lo, int hi) {
+  return std::uniform_int_distribution<int>(lo, hi)(rng);
+}
+
+std::vector<std::vector<NodeId>> match_sets(const Graph& graph, const Backend& backend) {
+  std::vector<std::vector<NodeId>> sets;
+  for (const Match& m : find_matches(graph, backend)) sets.push_back(m.nodes);
+  std::sort(sets.begin(), sets.end());
+  return sets;
+}
+
+bool contains(const std::vector<std::vector<NodeId>>& sets, const std::vector<NodeId>& set) {
+  return std::find(sets.begin(), sets.end(), set) != sets.end();
+}
+
+// Appends Relu, Clip or nothing after `v` (trial t picks which).
+ValueId maybe_clamp(GraphBuilder& b, ValueId v, int t) {
+  if (t % 3 == 1) return b.add1("Relu", {v});
+  if (t % 3 == 2)
+    return b.add1("Clip", {v, b.constant("lo", Tensor::scalar<float>(-0.25f)),
+                           b.constant("hi", Tensor::scalar<float>(0.5f))});
+  return v;
+}
+
+TEST(XnnpackBackend, RegisteredWithVersionAndThreadModel) {
+  for (Backend* b : {&op_level(), &graph_level()}) {
+    EXPECT_TRUE(b->available()) << b->name();
+    EXPECT_EQ(b->thread_model(), "pthreadpool");
+    EXPECT_NE(b->version(), "");
+    EXPECT_NE(b->version(), "unknown") << "CMake did not pass the package version in";
+    EXPECT_FALSE(b->details().empty());
+  }
+  EXPECT_EQ(op_level().kind(), BackendKind::kOpLevel);
+  EXPECT_EQ(graph_level().kind(), BackendKind::kGraphLevel);
+}
+
+TEST(XnnpackBackend, ConvRandomized) {
+  std::mt19937 rng(7);
+  for (int t = 0; t < 8; ++t) {
+    int n = pick(rng, 1, 2), h = pick(rng, 5, 11), w = pick(rng, 5, 11);
+    int k = std::vector<int>{1, 3, 5}[pick(rng, 0, 2)];
+    int stride = pick(rng, 1, 2), dilation = k > 1 ? pick(rng, 1, 2) : 1;
+    // Regular, grouped and depthwise (with a channel multiplier) in turn.
+    int groups = std::vector<int>{1, 2, 4}[t % 3];
+    int c = groups * pick(rng, 1, 3), m = groups * pick(rng, 1, 3);
+    if (t % 3 == 2) c = groups;
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {n, c, h, w});
+    std::vector<ValueId> ins = {x, b.random_constant("w", {m, c / groups, k, k})};
+    if (t % 2 == 0) ins.push_back(b.random_constant("b", {m}));
+    std::map<std::string, Attribute> attrs = {{"group", attr_i(groups)},
+                                              {"strides", attr_ints({stride, stride})},
+                                              {"dilations", attr_ints({dilation, dilation})}};
+    if (t % 4 == 3)
+      attrs["auto_pad"] = attr_s(t % 8 == 3 ? "SAME_UPPER" : "SAME_LOWER");
+    else
+      attrs["pads"] =
+          attr_ints({pick(rng, 0, 2), pick(rng, 0, 2), pick(rng, 0, 2), pick(rng, 0, 2)});
+    b.output(maybe_clamp(b, b.add1("Conv", ins, attrs), t));
+    expect_both_match_reference(b.finish(), "conv trial " + std::to_string(t));
+  }
+}
+
+TEST(XnnpackBackend, FullyConnectedRandomized) {
+  std::mt19937 rng(11);
+  for (int t = 0; t < 6; ++t) {
+    int m = pick(rng, 1, 9), k = pick(rng, 1, 33), n = pick(rng, 1, 33);
+    GraphBuilder b;
+    ValueId y;
+    if (t % 2 == 0) {
+      // MatMul with a batched (3-D) or plain A.
+      Shape a = t % 4 == 0 ? Shape{2, m, k} : Shape{m, k};
+      y = b.add1("MatMul", {b.input("a", DType::kFloat32, a), b.random_constant("b", {k, n})});
+    } else {
+      bool trans_b = t % 3 != 0;
+      std::vector<ValueId> ins = {b.input("a", DType::kFloat32, {m, k}),
+                                  b.random_constant("b", trans_b ? Shape{n, k} : Shape{k, n})};
+      if (t != 5) ins.push_back(b.random_constant("c", t == 1 ? Shape{n} : Shape{1, n}));
+      y = b.add1("Gemm", ins,
+                 {{"transB", attr_i(trans_b)}, {"alpha", attr_f(0.5f)}, {"beta", attr_f(2.0f)}});
+    }
+    b.output(maybe_clamp(b, y, t));
+    expect_both_match_reference(b.finish(), "fully connected trial " + std::to_string(t));
+  }
+}
+
+TEST(XnnpackBackend, PoolsRandomized) {
+  std::mt19937 rng(13);
+  for (int t = 0; t < 9; ++t) {
+    int n = pick(rng, 1, 2), c = pick(rng, 1, 6), h = pick(rng, 6, 12), w = pick(rng, 6, 12);
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {n, c, h, w});
+    const char* type =
+        std::vector<const char*>{"MaxPool", "AveragePool", "GlobalAveragePool"}[t % 3];
+    std::map<std::string, Attribute> attrs;
+    if (t % 3 != 2) {
+      int k = pick(rng, 2, 3), s = pick(rng, 1, 2), p = pick(rng, 0, k - 1);
+      attrs = {{"kernel_shape", attr_ints({k, k})},
+               {"strides", attr_ints({s, s})},
+               {"pads", attr_ints({p, p, 0, p})},
+               {"ceil_mode", attr_i(t >= 3)}};
+      if (t % 3 == 0 && t > 3) attrs["dilations"] = attr_ints({2, 1});
+    }
+    b.output(b.add1(type, {x}, attrs));
+    expect_both_match_reference(b.finish(), std::string(type) + " trial " + std::to_string(t));
+  }
+}
+
+TEST(XnnpackBackend, AveragePoolCountIncludePadWithoutPadding) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 3, 7, 7});
+  b.output(b.add1("AveragePool", {x},
+                  {{"kernel_shape", attr_ints({3, 3})},
+                   {"strides", attr_ints({2, 2})},
+                   {"count_include_pad", attr_i(1)},
+                   {"ceil_mode", attr_i(1)}}));
+  expect_both_match_reference(b.finish(), "count_include_pad without pads");
+}
+
+TEST(XnnpackBackend, BinaryBroadcastRandomized) {
+  struct Case {
+    Shape a, c;
+    bool c_constant;
+  };
+  const std::vector<Case> shapes = {
+      {{2, 3, 4, 5}, {2, 3, 4, 5}, false}, {{2, 3, 4, 5}, {1, 3, 1, 1}, true},
+      {{3, 1, 5}, {1, 4, 1}, false},       {{4, 6}, {6}, true},
+      {{2, 3, 4, 5}, {5}, true},           {{2, 3, 4, 5}, {2, 3, 1, 1}, false},
+      {{2, 3, 4, 5}, {3, 1, 1}, true},     {{2, 6}, {}, true}};
+  const char* types[] = {"Add", "Mul", "Sub", "Div"};
+  for (size_t t = 0; t < shapes.size(); ++t) {
+    GraphBuilder b;
+    ValueId a = b.input("a", DType::kFloat32, shapes[t].a);
+    const char* type = types[t % 4];
+    ValueId c;
+    if (std::string(type) == "Div") {
+      // A constant divisor kept away from zero.
+      Tensor d(DType::kFloat32, shapes[t].c);
+      for (int64_t i = 0; i < d.numel(); ++i) d.data<float>()[i] = 1.5f + 0.25f * (i % 5);
+      c = b.constant("d", d);
+    } else {
+      c = shapes[t].c_constant ? b.random_constant("c", shapes[t].c)
+                               : b.input("c", DType::kFloat32, shapes[t].c);
+    }
+    b.output(maybe_clamp(b, b.add1(type, {a, c}), static_cast<int>(t)));
+    expect_both_match_reference(b.finish(), std::string(type) + " trial " + std::to_string(t));
+  }
+  // A computed lower-rank operand of a 4-D result would be broadcast against NHWC data
+  // inside a region: only the op-level backend (which stays NCHW) takes it.
+  GraphBuilder b;
+  ValueId a = b.input("a", DType::kFloat32, {2, 3, 4, 5});
+  b.output(b.add1("Add", {a, b.input("c", DType::kFloat32, {4, 5})}));
+  Graph g = b.finish();
+  EXPECT_LE(error_ratio(op_level(), g), 1.0);
+  EXPECT_EQ(compile_error(graph_level(), g), ErrorKind::kUnsupported);
+}
+
+TEST(XnnpackBackend, ClampSigmoidSoftmax) {
+  for (int opset : {6, 13}) {
+    GraphBuilder b(opset);
+    ValueId x = b.input("x", DType::kFloat32, {2, 3, 5});
+    if (opset < 11)
+      b.output(b.add1("Clip", {x}, {{"min", attr_f(-0.3f)}, {"max", attr_f(0.2f)}}));
+    else
+      b.output(b.add1("Clip", {x, b.constant("lo", Tensor::scalar<float>(-0.3f))}));
+    expect_both_match_reference(b.finish(), "Clip at opset " + std::to_string(opset));
+  }
+  for (const char* type : {"Relu", "Sigmoid"}) {
+    GraphBuilder b;
+    b.output(b.add1(type, {b.input("x", DType::kFloat32, {3, 4, 5, 6})}));
+    expect_both_match_reference(b.finish(), type);
+  }
+  // Softmax: opset 13 over the last axis; opset 11 flattening from axis 1.
+  for (int opset : {11, 13}) {
+    GraphBuilder b(opset);
+    b.output(b.add1("Softmax", {b.input("x", DType::kFloat32, {3, 4, 7})}));
+    expect_both_match_reference(b.finish(), "Softmax at opset " + std::to_string(opset));
+  }
+}
+
+TEST(XnnpackBackend, RefusesWhatItCannotRunExactly) {
+  auto single = [](const std::string& type, std::vector<ValueId> (*inputs)(GraphBuilder&),
+                   std::map<std::string, Attribute> attrs, int64_t opset = 17) {
+    GraphBuilder b(opset);
+    std::vector<ValueId> ins = inputs(b);
+    b.output(b.add1(type, ins, std::move(attrs)));
+    return b.finish();
+  };
+  auto nchw = [](GraphBuilder& b) {
+    return std::vector<ValueId>{b.input("x", DType::kFloat32, {1, 2, 6, 6})};
+  };
+  // Padding counted in the average: XNNPACK always excludes it.
+  Graph avg = single("AveragePool", nchw,
+                     {{"kernel_shape", attr_ints({3, 3})},
+                      {"pads", attr_ints({1, 1, 1, 1})},
+                      {"count_include_pad", attr_i(1)}});
+  // Softmax over a non-innermost axis.
+  Graph softmax = single("Softmax",
+                         [](GraphBuilder& b) {
+                           return std::vector<ValueId>{b.input("x", DType::kFloat32, {3, 4})};
+                         },
+                         {{"axis", attr_i(0)}});
+  // Weights computed at run time.
+  Graph conv = single("Conv",
+                      [](GraphBuilder& b) {
+                        return std::vector<ValueId>{b.input("x", DType::kFloat32, {1, 2, 5, 5}),
+                                                    b.input("w", DType::kFloat32, {3, 2, 3, 3})};
+                      },
+                      {});
+  Graph gemm = single("Gemm",
+                      [](GraphBuilder& b) {
+                        return std::vector<ValueId>{b.input("a", DType::kFloat32, {4, 3}),
+                                                    b.random_constant("b", {4, 5})};
+                      },
+                      {{"transA", attr_i(1)}});
+  Graph ints = single("Add",
+                      [](GraphBuilder& b) {
+                        return std::vector<ValueId>{b.input("a", DType::kInt32, {4}),
+                                                    b.input("b", DType::kInt32, {4})};
+                      },
+                      {});
+  Graph clip = single("Clip",
+                      [](GraphBuilder& b) {
+                        return std::vector<ValueId>{b.input("x", DType::kFloat32, {4}),
+                                                    b.constant("lo", Tensor::scalar<float>(1.0f)),
+                                                    b.constant("hi", Tensor::scalar<float>(0.0f))};
+                      },
+                      {});
+  for (Backend* backend : {&op_level(), &graph_level()}) {
+    for (const Graph* g : {&avg, &softmax, &conv, &gemm, &ints, &clip})
+      EXPECT_EQ(compile_error(*backend, *g), ErrorKind::kUnsupported)
+          << backend->name() << " on " << g->node(0).op_type;
+  }
+
+  // An op XNNPACK has no operator for, and (op-level) more than op + clamp.
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {2, 3});
+  ValueId r = b.add1("Relu", {b.add1("Exp", {x})});
+  b.output(b.add1("Sigmoid", {r}));
+  Graph mixed = b.finish();
+  EXPECT_EQ(compile_error(op_level(), mixed), ErrorKind::kUnsupported);
+  EXPECT_EQ(compile_error(graph_level(), mixed), ErrorKind::kUnsupported);
+  GraphBuilder b2;
+  ValueId y = b2.add1("Relu", {b2.input("x", DType::kFloat32, {2, 3})});
+  b2.output(b2.add1("Sigmoid", {b2.add1("Relu", {y})}));
+  EXPECT_EQ(compile_error(op_level(), b2.finish()), ErrorKind::kUnsupported);
+}
+
+// x -> Conv -> Relu -> MaxPool -> Conv -> Add(., pooled) -> Relu -> Flatten -> Gemm -> Softmax
+struct SmallCnn {
+  Graph graph;
+  SmallCnn() {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 3, 10, 10});
+    ValueId c1 =
+        b.add1("Conv", {x, b.random_constant("w1", {8, 3, 3, 3}), b.random_constant("b1", {8})},
+               {{"pads", attr_ints({1, 1, 1, 1})}});  // 0
+    ValueId r1 = b.add1("Relu", {c1});                // 1
+    ValueId p = b.add1("MaxPool", {r1},
+                       {{"kernel_shape", attr_ints({2, 2})}, {"strides", attr_ints({2, 2})}});  // 2
+    ValueId c2 = b.add1("Conv", {p, b.random_constant("w2", {8, 8, 3, 3})},
+                        {{"pads", attr_ints({1, 1, 1, 1})}});  // 3
+    ValueId sum = b.add1("Add", {c2, p});                      // 4
+    ValueId r2 = b.add1("Relu", {sum});                        // 5
+    ValueId f = b.add1("Flatten", {r2});                       // 6
+    ValueId fc =
+        b.add1("Gemm", {f, b.random_constant("wf", {5, 200}, 0.1f)}, {{"transB", attr_i(1)}});  // 7
+    b.output(b.add1("Softmax", {fc}));                                                          // 8
+    graph = b.finish();
+  }
+};
+
+TEST(XnnpackBackend, OpLevelMatches) {
+  SmallCnn cnn;
+  auto sets = match_sets(cnn.graph, op_level());
+  EXPECT_TRUE(contains(sets, {0}));
+  EXPECT_TRUE(contains(sets, {0, 1}));  // Conv with its Relu folded in
+  EXPECT_TRUE(contains(sets, {1}));
+  EXPECT_TRUE(contains(sets, {2}));
+  EXPECT_TRUE(contains(sets, {4, 5}));  // Add + Relu
+  EXPECT_TRUE(contains(sets, {7}));
+  EXPECT_TRUE(contains(sets, {8}));
+  EXPECT_FALSE(contains(sets, {6}));  // Flatten is not an XNNPACK operator here
+  // The Conv -> Add is not a pattern, nor is anything larger than op + clamp.
+  for (const auto& s : sets) EXPECT_LE(s.size(), 2u);
+
+  // A conv whose pre-activation output is read elsewhere keeps its Relu separate.
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 2, 5, 5});
+  ValueId c = b.add1("Conv", {x, b.random_constant("w", {2, 2, 1, 1})});
+  b.output(b.add1("Relu", {c}));
+  b.output(c);
+  auto shared = match_sets(b.finish(), op_level());
+  EXPECT_TRUE(contains(shared, {0}));
+  EXPECT_FALSE(contains(shared, {0, 1}));
+}
+
+TEST(XnnpackBackend, GraphLevelRegions) {
+  SmallCnn cnn;
+  auto sets = match_sets(cnn.graph, graph_level());
+  EXPECT_TRUE(contains(sets, {0, 1, 2, 3, 4, 5}));  // the conv block as one region
+  EXPECT_TRUE(contains(sets, {7, 8}));              // the classifier head
+  EXPECT_TRUE(contains(sets, {0}));                 // single ops too
+  for (const auto& s : sets) {
+    EXPECT_FALSE(std::find(s.begin(), s.end(), 6) != s.end()) << "Flatten in a region";
+    EXPECT_TRUE(is_convex(cnn.graph, s));
+  }
+  // The block compiled as one region matches the reference, outputs of several kinds too.
+  Graph block = extract_subgraph(cnn.graph, {0, 1, 2, 3, 4, 5});
+  EXPECT_LE(error_ratio(graph_level(), block), 1.0);
+  Graph head = extract_subgraph(cnn.graph, {7, 8});
+  EXPECT_LE(error_ratio(graph_level(), head), 1.0);
+}
+
+TEST(XnnpackBackend, RegionWithSeveralOutputsAndBroadcasts) {
+  // Squeeze-and-excitation: features * sigmoid(conv(relu(conv(gap(features))))), plus a
+  // per-channel constant [C,1,1] reordered to NHWC, and the features read outside too.
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {2, 8, 6, 6});
+  ValueId f = b.add1("Conv", {x, b.random_constant("w", {8, 8, 3, 3})},
+                     {{"pads", attr_ints({1, 1, 1, 1})}});
+  f = b.add1("Add", {f, b.random_constant("bias", {8, 1, 1})});
+  ValueId g = b.add1("GlobalAveragePool", {f});
+  ValueId s = b.add1("Relu", {b.add1("Conv", {g, b.random_constant("w1", {4, 8, 1, 1})})});
+  s = b.add1("Sigmoid", {b.add1("Conv", {s, b.random_constant("w2", {8, 4, 1, 1})})});
+  b.output(b.add1("Mul", {f, s}));
+  b.output(f);
+  b.output(g);
+  EXPECT_LE(error_ratio(graph_level(), b.finish()), 1.0);
+
+  // Transformer-ish: 3-D activations through two fully-connected layers, residual, softmax.
+  GraphBuilder t;
+  ValueId h = t.input("h", DType::kFloat32, {1, 8, 16});
+  ValueId u = t.add1("MatMul", {h, t.random_constant("w1", {16, 32})});
+  u = t.add1("Relu", {t.add1("Add", {u, t.random_constant("b1", {32})})});
+  u = t.add1("MatMul", {u, t.random_constant("w2", {32, 16})});
+  t.output(t.add1("Softmax", {t.add1("Add", {u, h})}));
+  EXPECT_LE(error_ratio(graph_level(), t.finish()), 1.0);
+}
+
+TEST(XnnpackBackend, SoftmaxOnNhwcRegions) {
+  // Opset 13 over channels (innermost in NHWC); opset 11 over a whole image or batch.
+  for (auto [opset, axis] : std::vector<std::pair<int, int>>{{13, 1}, {11, 1}, {11, 0}}) {
+    GraphBuilder b(opset);
+    ValueId x = b.input("x", DType::kFloat32, {2, 5, 3, 4});
+    ValueId c = b.add1("Conv", {x, b.random_constant("w", {6, 5, 1, 1})});
+    b.output(b.add1("Softmax", {c}, {{"axis", attr_i(axis)}}));
+    Graph g = b.finish();
+    EXPECT_LE(error_ratio(graph_level(), g), 1.0) << "opset " << opset << " axis " << axis;
+    if (opset == 13) {
+      // On its own, in NCHW, the channel axis is strided: the op-level backend refuses it.
+      EXPECT_EQ(compile_error(op_level(), extract_subgraph(g, {1})), ErrorKind::kUnsupported);
+    }
+  }
+  // Over W in NCHW (opset 13, axis 3) is strided in NHWC: not in a region.
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {2, 5, 3, 4});
+  b.output(b.add1("Softmax", {x}, {{"axis", attr_i(3)}}));
+  Graph g = b.finish();
+  EXPECT_EQ(compile_error(graph_level(), g), ErrorKind::kUnsupported);
+  EXPECT_LE(error_ratio(op_level(), g), 1.0);
+}
+
+TEST(XnnpackBackend, RebindsWhenCallerBuffersMove) {
+  // Fully-connected operands are bound directly: new buffers must be picked up.
+  GraphBuilder b;
+  b.output(
+      b.add1("MatMul", {b.input("a", DType::kFloat32, {3, 8}), b.random_constant("w", {8, 4})}));
+  Graph g = b.finish();
+  for (Backend* backend : {&op_level(), &graph_level()}) {
+    std::unique_ptr<Kernel> kernel = backend->compile(g);
+    Session reference(g, SessionOptions{});
+    for (uint64_t seed : {1, 2, 3}) {
+      std::vector<Tensor> in = random_inputs(g, seed);
+      std::vector<Tensor> out = {Tensor(DType::kFloat32, {3, 4})};
+      kernel->run(in, out);
+      EXPECT_LE(testing::tolerance_ratio(out, reference.run(in)), 1.0)
+          << backend->name() << " seed " << seed;
+    }
+  }
+}
+
+TEST(XnnpackBackend, KernelsSurviveThreadChanges) {
+  SmallCnn cnn;
+  Graph block = extract_subgraph(cnn.graph, {0, 1, 2, 3, 4, 5});
+  Graph conv = extract_subgraph(cnn.graph, {0, 1});
+  graph_level().set_threads(1);
+  std::unique_ptr<Kernel> single = graph_level().compile(block);
+  graph_level().set_threads(2);  // the old pool must stay alive for `single`
+  EXPECT_LE(error_ratio(graph_level(), block), 1.0);
+  EXPECT_LE(error_ratio(op_level(), conv), 1.0);
+  std::vector<Tensor> in = random_inputs(block, 5);
+  std::vector<Tensor> out;
+  for (ValueId v : block.outputs) out.emplace_back(DType::kFloat32, block.value(v).shape);
+  single->run(in, out);
+  Session reference(block, SessionOptions{});
+  EXPECT_LE(testing::tolerance_ratio(out, reference.run(in)), 1.0);
+  graph_level().set_threads(0);
+}
+
+TEST(XnnpackBackend, RunsWholeModelsThroughTheSession) {
+  for (const char* name : {"xnnpack", "xnnpack-graph"}) {
+    SmallCnn cnn;
+    SessionOptions options;
+    options.backend = name;
+    Session session(cnn.graph, options);
+    std::vector<std::string> placed = session.node_backends();
+    EXPECT_EQ(placed[0], name);
+    EXPECT_EQ(placed[6], "reference");  // Flatten
+    Session reference(cnn.graph, SessionOptions{});
+    std::vector<Tensor> in = random_inputs(cnn.graph, 9);
+    EXPECT_LE(testing::tolerance_ratio(session.run(in), reference.run(in)), 1.0) << name;
+  }
+}
+
+}  // namespace
+}  // namespace collage

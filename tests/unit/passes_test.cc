@@ -1,0 +1,219 @@
+// Shape inference with folding, constant folding, dead-code removal and model_stats.
+#include <gtest/gtest.h>
+
+#include "collage/model.h"
+#include "import_test_util.h"
+#include "op_test_util.h"
+
+namespace collage {
+namespace {
+
+using testing::expect_error;
+using testing::kTestDomain;
+using testing::test_data;
+
+class Passes : public ::testing::Test {
+ protected:
+  void SetUp() override { testing::register_test_ops(); }
+};
+
+Node test_node(const std::string& name, const std::string& op, std::vector<ValueId> in,
+               std::vector<ValueId> out) {
+  return Node{name, op, kTestDomain, std::move(in), std::move(out), {}};
+}
+
+// k (constant) -> AddOne -> k1 -> AddW(x, k1) -> y
+Graph constant_branch_graph() {
+  Graph g;
+  ValueId x = g.add_value("x", DType::kFloat32, {3}, true);
+  ValueId k = g.add_constant("k", Tensor::from_vector<float>({3}, {1, 2, 3}));
+  ValueId k1 = g.add_value("k1");
+  ValueId y = g.add_value("y");
+  g.add_node(test_node("inc", "AddOne", {k}, {k1}));
+  g.add_node(test_node("add", "AddW", {x, k1}, {y}));
+  g.inputs = {x};
+  g.outputs = {y};
+  return g;
+}
+
+TEST_F(Passes, InferShapesFoldsAsItGoes) {
+  Graph g = constant_branch_graph();
+  infer_shapes(g, {});
+  const Value& k1 = g.value(*g.find_value("k1"));
+  ASSERT_TRUE(k1.is_constant());
+  EXPECT_EQ(k1.constant.to_float_vector(), (std::vector<float>{2, 3, 4}));
+  EXPECT_EQ(g.num_nodes(), 2u);  // folded, but removal is fold_constants' job
+  const Value& y = g.value(*g.find_value("y"));
+  EXPECT_EQ(y.shape, (Shape{3}));
+  EXPECT_FALSE(y.is_constant());  // x is a runtime input
+
+  fold_constants(g, {});
+  ASSERT_EQ(g.num_nodes(), 1u);
+  EXPECT_EQ(g.node(0).name, "add");
+  const Value& folded = g.value(g.node(0).inputs[1]);
+  EXPECT_EQ(folded.producer, -1);
+  EXPECT_EQ(folded.constant.to_float_vector(), (std::vector<float>{2, 3, 4}));
+  EXPECT_FALSE(g.find_value("k").has_value());  // no longer referenced
+  g.validate();
+}
+
+TEST_F(Passes, LoadFoldsAChainIntoAConstantOutput) {
+  int runs_before = testing::add_one_runs;
+  Graph g = load_model(test_data("fold_chain.onnx"));
+  EXPECT_EQ(testing::add_one_runs - runs_before, 2);  // each AddOne evaluated once
+  ASSERT_EQ(g.num_nodes(), 1u);
+  EXPECT_EQ(g.node(0).op_type, "AddW");
+  ASSERT_EQ(g.outputs.size(), 2u);
+  const Value& c = g.value(g.outputs[1]);
+  EXPECT_EQ(c.name, "c");
+  ASSERT_TRUE(c.is_constant());
+  EXPECT_EQ(c.constant.to_float_vector(), (std::vector<float>{3, 4, 5}));
+}
+
+TEST_F(Passes, WithoutOptimizeEveryNodeStaysAndComputes) {
+  LoadOptions options;
+  options.optimize = false;
+  Graph g = load_model(test_data("fold_chain.onnx"), options);
+  EXPECT_EQ(g.num_nodes(), 3u);
+  for (const Node& node : g.nodes())
+    for (ValueId v : node.outputs) {
+      EXPECT_FALSE(g.value(v).is_constant()) << g.value(v).name;
+      EXPECT_TRUE(g.value(v).shape_known);
+    }
+}
+
+TEST_F(Passes, DeadCodeIsRemoved) {
+  Graph g = load_model(test_data("dead_code.onnx"));
+  ASSERT_EQ(g.num_nodes(), 1u);
+  EXPECT_EQ(g.node(0).name, "live");
+  EXPECT_FALSE(g.find_value("u").has_value());
+  EXPECT_FALSE(g.find_value("t").has_value());
+
+  LoadOptions options;
+  options.optimize = false;
+  EXPECT_EQ(load_model(test_data("dead_code.onnx"), options).num_nodes(), 3u);
+}
+
+TEST_F(Passes, DeadCodeRemovalKeepsInputsAndConstantOutputs) {
+  Graph g;
+  ValueId x = g.add_value("x", DType::kFloat32, {2}, true);
+  ValueId unused = g.add_value("unused");
+  ValueId c = g.add_constant("c", Tensor::from_vector<float>({1}, {7}));
+  g.add_node(test_node("n", "NegT", {x}, {unused}));
+  g.inputs = {x};
+  g.outputs = {c};
+  remove_dead_code(g);
+  EXPECT_EQ(g.num_nodes(), 0u);
+  ASSERT_EQ(g.inputs.size(), 1u);
+  EXPECT_EQ(g.value(g.inputs[0]).name, "x");
+  EXPECT_EQ(g.value(g.outputs[0]).constant.to_float_vector(), (std::vector<float>{7}));
+}
+
+TEST_F(Passes, UnsupportedOpsAreAllListed) {
+  Graph g;
+  ValueId x = g.add_value("x", DType::kFloat32, {2}, true);
+  ValueId a = g.add_value("a");
+  ValueId b = g.add_value("b");
+  g.add_node(Node{"first", "Frobnicate", "", {x}, {a}, {}});
+  g.add_node(Node{"second", "Custom", "com.example", {a}, {b}, {}});
+  g.inputs = {x};
+  g.outputs = {b};
+  expect_error([&] { infer_shapes(g, {}); }, ErrorKind::kUnsupported,
+               "node 'first': op 'Frobnicate' is not supported");
+  expect_error([&] { infer_shapes(g, {}); }, ErrorKind::kUnsupported, "com.example.Custom");
+}
+
+TEST_F(Passes, InferredTensorOverTheLimit) {
+  Graph g = constant_branch_graph();
+  LoadOptions options;
+  options.max_tensor_bytes = 8;
+  expect_error([&] { infer_shapes(g, options); }, ErrorKind::kLimit, "'k1'");
+}
+
+TEST_F(Passes, ShapeFunctionErrorsNameTheNode) {
+  Graph g;
+  ValueId x = g.add_value("x", DType::kFloat32, {2}, true);
+  ValueId z = g.add_value("z", DType::kFloat32, {3}, true);
+  ValueId y = g.add_value("y");
+  g.add_node(test_node("mismatch", "AddW", {x, z}, {y}));
+  g.inputs = {x, z};
+  g.outputs = {y};
+  expect_error([&] { infer_shapes(g, {}); }, ErrorKind::kShape, "node 'mismatch'");
+}
+
+TEST_F(Passes, ShapeGatherConcatReshapeChainFolds) {
+  if (!testing::have_ops({"Shape", "Gather", "Unsqueeze", "Concat", "Reshape"}))
+    GTEST_SKIP() << "tensor ops not registered yet";
+  Graph g = load_model(test_data("shape_chain.onnx"));
+  ASSERT_EQ(g.num_nodes(), 1u);
+  EXPECT_EQ(g.node(0).op_type, "Reshape");
+  const Value& shape = g.value(g.node(0).inputs[1]);
+  ASSERT_TRUE(shape.is_constant());
+  EXPECT_EQ(shape.constant.to_int_vector(), (std::vector<int64_t>{2, -1}));
+  EXPECT_EQ(g.value(g.outputs[0]).shape, (Shape{2, 12}));
+}
+
+TEST_F(Passes, LegacyBroadcastAxisReshapesTheConstant) {
+  if (!testing::have_ops({"Add"})) GTEST_SKIP() << "Add not registered yet";
+  Graph g;
+  g.opset = 6;
+  ValueId a = g.add_value("a", DType::kFloat32, {2, 3, 4}, true);
+  ValueId b = g.add_constant("b", Tensor::from_vector<float>({3}, {1, 2, 3}));
+  ValueId y = g.add_value("y");
+  Node add{"add", "Add", "", {a, b}, {y}, {}};
+  add.attrs["broadcast"] = testing::attr_i(1);
+  add.attrs["axis"] = testing::attr_i(1);
+  g.add_node(add);
+  g.inputs = {a};
+  g.outputs = {y};
+  infer_shapes(g, {});
+  EXPECT_EQ(g.value(y).shape, (Shape{2, 3, 4}));
+  EXPECT_EQ(g.value(g.node(0).inputs[1]).shape, (Shape{3, 1}));
+  EXPECT_FALSE(g.node(0).has_attr("axis"));
+}
+
+TEST(ModelStats, CountsMacsOfTheHeavyOps) {
+  Graph g;
+  auto tensor = [&](const std::string& name, Shape s) {
+    return g.add_value(name, DType::kFloat32, std::move(s), true);
+  };
+  auto weight = [&](const std::string& name, Shape s) {
+    return g.add_constant(name, Tensor(DType::kFloat32, std::move(s)));
+  };
+  ValueId x = tensor("x", {1, 3, 8, 8});
+  ValueId conv_out = tensor("c", {1, 4, 8, 8});
+  g.add_node(
+      Node{"conv", "Conv", "", {x, weight("W", {4, 3, 3, 3}), weight("B", {4})}, {conv_out}, {}});
+  ValueId t_in = tensor("ti", {1, 2, 3, 3});
+  g.add_node(Node{"convt",
+                  "ConvTranspose",
+                  "",
+                  {t_in, weight("Wt", {2, 4, 3, 3})},
+                  {tensor("to", {1, 4, 5, 5})},
+                  {}});
+  Node gemm{
+      "gemm", "Gemm", "", {tensor("ga", {5, 2}), weight("gb", {5, 7})}, {tensor("go", {2, 7})}, {}};
+  gemm.attrs["transA"] = testing::attr_i(1);
+  g.add_node(gemm);
+  g.add_node(Node{"mm",
+                  "MatMul",
+                  "",
+                  {tensor("ma", {3, 2, 5}), tensor("mb", {5, 4})},
+                  {tensor("mo", {3, 2, 4})},
+                  {}});
+  g.add_node(Node{"relu", "Relu", "", {conv_out}, {tensor("r", {1, 4, 8, 8})}, {}});
+  g.add_constant("unused_weight", Tensor(DType::kFloat32, {100}));
+  g.add_constant("int_constant", Tensor(DType::kInt64, {100}));
+
+  ModelStats s = model_stats(g);
+  // Conv: 256 outputs x 27; ConvTranspose: 18 inputs x 36; Gemm: 14 x 5; MatMul: 24 x 5.
+  const double macs = 256 * 27 + 18 * 36 + 14 * 5 + 24 * 5;
+  EXPECT_DOUBLE_EQ(s.gflops, 2 * macs / 1e9);
+  EXPECT_EQ(s.parameters, 108 + 4 + 72 + 35);
+  EXPECT_EQ(s.op_histogram.at("Conv"), 1);
+  EXPECT_EQ(s.op_histogram.at("Relu"), 1);
+  EXPECT_EQ(s.op_histogram.size(), 5u);
+}
+
+}  // namespace
+}  // namespace collage
