@@ -13,6 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # backends
   libdnnl-dev libopenblas-dev libopenblas0-pthread libxnnpack-dev libpthreadpool-dev
+  libhalide14-0-dev libtorch-dev
   # PyTorch's exporter, used by tests to make real exported models
   python3-torch python3-torchvision python3-onnx python3-numpy
   # `collage show --svg`

@@ -58,6 +58,7 @@ inline Range valid_range(int64_t offset, int64_t step, int64_t limit, int64_t co
   int64_t lo = offset >= 0 ? 0 : ceil_div(-offset, step);
   int64_t hi = ceil_div(limit - offset, step);
   if (lo < 0) lo = 0;
+  if (lo > count) lo = count;  // a window wholly in the padding: an empty range at the end
   if (hi > count) hi = count;
   if (hi < lo) hi = lo;
   return {lo, hi};

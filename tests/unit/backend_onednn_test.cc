@@ -420,6 +420,27 @@ TEST(OnednnBackend, BinaryBroadcastAndChains) {
                                     b.graph().node(2).outputs[0], z}));
 }
 
+// oneDNN 2.6 evaluates repeated eltwise post-ops of one kind with the first one's
+// parameters: (relu(x) + 1) * 3 came out as relu(x) + 2. The backend folds adjacent linear
+// ops and refuses other repeats; both chains must come out right (whole or split).
+TEST(OnednnBackend, RepeatedLinearPostOps) {
+  for (bool separated : {false, true}) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {2, 3, 4, 4});
+    ValueId z = b.add1("Relu", {x});
+    z = b.add1("Add", {z, b.constant("one", Tensor::scalar(1.0f))});
+    if (separated) z = b.add1("Sqrt", {z});
+    z = b.add1("Mul", {z, b.constant("three", Tensor::scalar(3.0f))});
+    b.output(z);
+    const std::vector<Tensor> inputs = random_inputs(b.graph(), 7);
+    Session session(b.graph(), SessionOptions{.backend = "onednn"});
+    std::vector<Tensor> got = session.run(inputs);
+    Session reference(b.graph(), SessionOptions{});
+    std::vector<Tensor> want = reference.run(inputs);
+    EXPECT_LE(tolerance_ratio(got, want), 1.0) << (separated ? "with sqrt" : "adjacent");
+  }
+}
+
 TEST(OnednnBackend, GeluDecompositionStandalone) {
   // x * 0.5 first (HF BERT's order) and the (x * (1 + erf)) * 0.5 order.
   for (int order = 0; order < 2; ++order) {

@@ -62,7 +62,7 @@ std::unique_ptr<Kernel> compile_elementwise(const Graph& sub) {
   dnnl::memory x_mem = program.input(xi, md);
   dnnl::memory y_mem = program.output(0, md);
   auto same = [](const Shape& s) { return std::optional<Shape>(s); };
-  BoundPostOps post = bind_post_ops(ops, sub, shape, same, program);
+  BoundPostOps post = bind_post_ops(ops, sub, shape, same, program, /*allow_sum=*/false);
   dnnl::primitive_attr attr = base_attr();
   attr.set_post_ops(post.ops);
   const auto inference = dnnl::prop_kind::forward_inference;

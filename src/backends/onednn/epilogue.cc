@@ -145,10 +145,14 @@ std::optional<std::vector<PostOp>> binary_post_ops(const Graph& g, const Node& n
   if (cur_first || *a_alg == alg::binary_add || *a_alg == alg::binary_mul ||
       *a_alg == alg::binary_max || *a_alg == alg::binary_min)
     return std::vector{op};
-  // other - cur = -(cur - other);  other / cur = 1 / (cur / other). The binary op comes
-  // first: oneDNN's jit kernels take eltwise post-ops after a binary one more readily.
-  if (*a_alg == alg::binary_sub) return std::vector{op, eltwise(alg::eltwise_linear, -1.0f, 0.0f)};
-  return std::vector{op, eltwise(alg::eltwise_pow, 1.0f, -1.0f)};
+  // other - cur = (-cur) + other;  other / cur = (1 / cur) * other. (The other order,
+  // -(cur - other), came out sign-flipped from oneDNN 2.6's jit binary kernel.)
+  if (*a_alg == alg::binary_sub) {
+    op.alg = alg::binary_add;
+    return std::vector{eltwise(alg::eltwise_linear, -1.0f, 0.0f), op};
+  }
+  op.alg = alg::binary_mul;
+  return std::vector{eltwise(alg::eltwise_pow, 1.0f, -1.0f), op};
 }
 
 bool is_graph_output(const Graph& g, ValueId v) {
@@ -287,8 +291,37 @@ Tail parse_tail(const Graph& subgraph, ValueId cur, std::vector<bool> covered) {
   return tail;
 }
 
-BoundPostOps bind_post_ops(const std::vector<PostOp>& ops, const Graph& subgraph,
-                           const Shape& dst_shape, const ShapeMapper& map, Program& program) {
+// oneDNN 2.6's jit post-op injector evaluates every eltwise post-op of one algorithm with
+// the alpha/beta of its first occurrence (x+1 then *3 came out as x+1+1: found by the
+// conformance suite). Adjacent linear ops fold into one; any other repeat of an algorithm
+// with different parameters is refused, so the chain is split into separate kernels.
+static std::vector<PostOp> fold_for_injector(const std::vector<PostOp>& ops) {
+  std::vector<PostOp> folded;
+  for (const PostOp& op : ops) {
+    const bool linear = op.kind == PostOp::Kind::kEltwise && op.alg == alg::eltwise_linear;
+    if (linear && !folded.empty() && folded.back().kind == PostOp::Kind::kEltwise &&
+        folded.back().alg == alg::eltwise_linear) {
+      PostOp& prev = folded.back();  // c*(a*x + b) + d
+      prev.beta = op.alpha * prev.beta + op.beta;
+      prev.alpha = op.alpha * prev.alpha;
+      continue;
+    }
+    folded.push_back(op);
+  }
+  for (size_t i = 0; i < folded.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (folded[i].kind == PostOp::Kind::kEltwise && folded[j].kind == PostOp::Kind::kEltwise &&
+          folded[i].alg == folded[j].alg &&
+          (folded[i].alpha != folded[j].alpha || folded[i].beta != folded[j].beta))
+        fail(ErrorKind::kUnsupported,
+             "onednn: two differently parameterised eltwise post-ops of one kind (oneDNN 2.6 "
+             "would apply the first's parameters to both)");
+  return folded;
+}
+
+BoundPostOps bind_post_ops(const std::vector<PostOp>& unfolded, const Graph& subgraph,
+                           const Shape& dst_shape, const ShapeMapper& map, Program& program,
+                           bool allow_sum) {
   BoundPostOps bound;
   auto mapped = [&](const Shape& s) {
     std::optional<Shape> m = map(s);
@@ -297,6 +330,7 @@ BoundPostOps bind_post_ops(const std::vector<PostOp>& ops, const Graph& subgraph
            shape_to_string(s));
     return *m;
   };
+  const std::vector<PostOp> ops = fold_for_injector(unfolded);
   int index = 0;
   for (const PostOp& op : ops) {
     if (op.kind == PostOp::Kind::kEltwise) {
@@ -308,10 +342,10 @@ BoundPostOps bind_post_ops(const std::vector<PostOp>& ops, const Graph& subgraph
     const int input = runtime ? input_index(subgraph, op.operand) : -1;
     if (runtime && input < 0)
       fail(ErrorKind::kUnsupported, "onednn: post-op operand is not a kernel input");
-    if (runtime && !bound.residual && op.operand_shape == dst_shape &&
-        (op.alg == dnnl::algorithm::binary_add || op.alg == dnnl::algorithm::binary_sub)) {
-      // dst = result + scale * dst, with the residual copied into dst first.
-      bound.ops.append_sum(op.alg == dnnl::algorithm::binary_add ? 1.0f : -1.0f);
+    if (allow_sum && runtime && !bound.residual && op.operand_shape == dst_shape &&
+        op.alg == dnnl::algorithm::binary_add) {
+      // dst = result + dst, with the residual copied into dst first.
+      bound.ops.append_sum(1.0f);
       bound.residual = program.input(input, plain_md(mapped(dst_shape)));
       ++index;
       continue;

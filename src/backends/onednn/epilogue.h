@@ -66,9 +66,13 @@ struct BoundPostOps {
 using ShapeMapper = std::function<std::optional<Shape>(const Shape&)>;
 
 // `dst_shape`: the tail's (= output's) shape. Runtime operands are bound to kernel inputs
-// of `subgraph`. The first runtime Add/Sub of a same-shape tensor becomes a sum post-op.
+// of `subgraph`. With `allow_sum`, the first runtime Add of a same-shape tensor becomes a
+// sum post-op (dst = result + dst, the residual copied in first). Only conv/matmul/pool
+// take it: oneDNN 2.6's binary primitive computed sign-flipped results with it (found by
+// the conformance suite on mvn_expanded), and a sum with scale -1 (Sub) misbehaved too.
 BoundPostOps bind_post_ops(const std::vector<PostOp>& ops, const Graph& subgraph,
-                           const Shape& dst_shape, const ShapeMapper& map, Program& program);
+                           const Shape& dst_shape, const ShapeMapper& map, Program& program,
+                           bool allow_sum = true);
 
 // Removes a leading "add a constant broadcast along `axis` only" from `ops` and returns it
 // as a per-channel vector of `channels` values (a bias the primitive adds itself).
