@@ -14,11 +14,9 @@ if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
   unset OPENBLAS_CORETYPE
 fi
 
-echo "== the model"
-MODEL=$OUT/$MODEL_NAME/model.onnx
-if [ ! -f "$MODEL" ]; then
-  /usr/bin/python3 tests/models/export_models.py "$OUT" --models "$MODEL_NAME" >/dev/null
-fi
+echo "== the model (built in: build/collage zoo --list shows the others)"
+MODEL=$OUT/$MODEL_NAME.onnx
+[ -f "$MODEL" ] || "$BUILD/collage" zoo "$MODEL_NAME" -o "$MODEL"
 "$BUILD/collage" info "$MODEL" | grep -v '^  ' | head -20
 
 echo
@@ -37,4 +35,4 @@ echo "== the placement"
 echo
 echo "== running the plan (outputs checked against the reference backend)"
 "$BUILD/collage" run "$MODEL" --plan "$OUT/$MODEL_NAME.plan.json" --repeat 10 --verify \
-  --inputs "$OUT/$MODEL_NAME/test_data_set_0"
+  --outputs "$OUT/${MODEL_NAME}_outputs"

@@ -1,6 +1,7 @@
 // collage tune MODEL.onnx -o PLAN.json [--backends a,b,c] [--optimizer op-level|two-level]
 //                         [--budget S] [--cost-db PATH] [--threads N]
 #include <fmt/core.h>
+#include <cmath>
 
 #include "cli/commands.h"
 #include "cli/progress_bar.h"
@@ -37,13 +38,21 @@ void print_result(const TuneResult& r) {
   for (const auto& s : r.shares)
     fmt::print("  {:<16} {:>6} {:>12.3f} {:>7.1f}%\n", s.backend, s.nodes, s.cost_ms,
                total > 0 ? 100 * s.cost_ms / total : 0);
-  fmt::print("\nend-to-end latency, measured side by side (median):\n");
-  fmt::print("  {:<16} {:>13} {:>13} {:>7} {:>10}\n", "plan", "predicted ms", "measured ms",
-             "steps", "speed-up");
-  double tuned_ms = r.timings.empty() ? 0 : r.timings[0].measured_ms;
+  fmt::print("\nend-to-end latency, measured side by side (median; * = the plan written):\n");
+  fmt::print("  {:<16} {:>13} {:>13} {:>7} {:>16}\n", "plan", "predicted ms", "measured ms",
+             "steps", "written plan is");
+  double winner_ms = 0;
   for (const auto& t : r.timings)
-    fmt::print("  {:<16} {:>13.3f} {:>13.3f} {:>7} {:>9.2f}x\n", t.name, t.predicted_ms,
-               t.measured_ms, t.steps, t.measured_ms / tuned_ms);
+    if (t.name == r.winner) winner_ms = t.measured_ms;
+  for (const auto& t : r.timings) {
+    // A plan with a region never measured alone (a merged graph-level region that failed
+    // standalone) has no finite prediction.
+    std::string predicted =
+        std::isfinite(t.predicted_ms) ? fmt::format("{:.3f}", t.predicted_ms) : std::string("-");
+    fmt::print("  {:<16} {:>13} {:>13.3f} {:>7} {:>15.2f}x\n",
+               (t.name == r.winner ? "*" : " ") + t.name, predicted, t.measured_ms, t.steps,
+               winner_ms > 0 ? t.measured_ms / winner_ms : 0.0);
+  }
 }
 
 int run_tune(const TuneCommandOptions& o) {

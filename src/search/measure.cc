@@ -14,6 +14,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A kernel slower than this is timed with fewer repeats (see time_kernel).
+constexpr double kSlowKernelMs = 20;
+
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
@@ -102,14 +105,20 @@ CostRecord Measurer::measure_uncached(const Graph& sub, const std::string& canon
 
 double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
                              const std::vector<Tensor>& outputs) const {
-  for (int i = 0; i < options_.warmup; ++i) kernel.run(inputs, outputs);
+  // The verification run already warmed caches and JIT state; slow kernels (the reference
+  // backend's convolutions take 100+ ms) need no more warm-up and few samples: their
+  // run-to-run noise is small next to the differences the search decides on.
+  auto warm_start = Clock::now();
+  for (int i = 0; i < options_.warmup && ms_since(warm_start) < kSlowKernelMs; ++i)
+    kernel.run(inputs, outputs);
   std::vector<double> samples;
   auto start = Clock::now();
   while (static_cast<int>(samples.size()) < options_.max_repeats) {
     auto t0 = Clock::now();
     kernel.run(inputs, outputs);
     samples.push_back(ms_since(t0));
-    if (static_cast<int>(samples.size()) >= options_.min_repeats) {
+    const int needed = samples.front() > kSlowKernelMs ? 3 : options_.min_repeats;
+    if (static_cast<int>(samples.size()) >= needed) {
       std::vector<double> sorted = samples;
       std::sort(sorted.begin(), sorted.end());
       double median = sorted[sorted.size() / 2];
