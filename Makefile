@@ -4,7 +4,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test demo clean format
+.PHONY: all deps configure build test demo bench clean format
 
 all: build
 
@@ -24,6 +24,11 @@ test: build
 
 demo: build
 	@scripts/demo.sh $(BUILD_DIR)
+
+# Tune and time every zoo model against each single backend and ONNX Runtime; see
+# bench/run.sh for the knobs (BENCH_MODELS, BENCH_BUDGET, ...). Results: bench/results/.
+bench: build
+	BUILD_DIR=$(BUILD_DIR) bench/run.sh
 
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i

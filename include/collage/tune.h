@@ -31,6 +31,11 @@ struct TuneOptions {
   int threads = 0;           // 0 = all cores
   uint64_t seed = 1;
   std::function<void(const TuneProgress&)> progress;
+  // Measure each candidate in a `collage measure-worker` process, so one that crashes or
+  // hangs fails alone (cost +inf, reason recorded). Needs the worker command the CLI sets;
+  // without it measurement stays in-process with a warning.
+  bool isolate = true;
+  double isolate_timeout_s = 60;  // per candidate: compile, verify and timing together
 };
 
 struct PlanTiming {

@@ -1,9 +1,12 @@
 // collage bench MODEL.onnx [--plan PLAN.json]: median latency of the tuned plan and of each
 // single-backend plan, measured side by side (interleaved rounds), and the predicted one.
+// --json FILE also writes them (and every sample) for scripts such as bench/run.sh.
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "collage/backend.h"
@@ -14,8 +17,8 @@ namespace {
 
 struct BenchOptions {
   ModelOptions model;
-  std::string plan_path;
-  int repeat = 20, threads = 0;
+  std::string plan_path, json_path;
+  int repeat = 20, warmup = 1, threads = 0;
 };
 
 int bench(const BenchOptions& o) {
@@ -40,7 +43,8 @@ int bench(const BenchOptions& o) {
   }
   std::vector<Tensor> inputs = random_inputs(graph, 1);
   std::vector<std::vector<double>> samples(sessions.size());
-  for (auto& s : sessions) s.run_views(inputs);
+  for (int w = 0; w < o.warmup; ++w)
+    for (auto& s : sessions) s.run_views(inputs);
   for (int r = 0; r < o.repeat; ++r)
     for (size_t i = 0; i < sessions.size(); ++i) {
       auto t0 = std::chrono::steady_clock::now();
@@ -50,12 +54,28 @@ int bench(const BenchOptions& o) {
     }
   fmt::print("{} ({} threads, {} interleaved rounds)\n", o.model.path, thread_budget(), o.repeat);
   fmt::print("  {:<16} {:>12} {:>12} {:>7}\n", "plan", "median ms", "min ms", "steps");
+  nlohmann::json plans = nlohmann::json::array();
   for (size_t i = 0; i < sessions.size(); ++i) {
+    plans.push_back(
+        {{"name", names[i]}, {"steps", sessions[i].num_steps()}, {"samples", samples[i]}});
     std::sort(samples[i].begin(), samples[i].end());
     fmt::print("  {:<16} {:>12.3f} {:>12.3f} {:>7}\n", names[i], samples[i][samples[i].size() / 2],
                samples[i][0], sessions[i].num_steps());
+    plans.back()["median_ms"] = samples[i][samples[i].size() / 2];
+    plans.back()["min_ms"] = samples[i][0];
+    if (names[i] == "tuned") plans.back()["predicted_ms"] = predicted;
   }
   if (!o.plan_path.empty()) fmt::print("  {:<16} {:>12.3f}\n", "predicted", predicted);
+  if (!o.json_path.empty()) {
+    nlohmann::json out = {{"model", o.model.path},
+                          {"threads", thread_budget()},
+                          {"repeat", o.repeat},
+                          {"warmup", o.warmup},
+                          {"plans", plans}};
+    std::ofstream f(o.json_path);
+    f << out.dump() << "\n";
+    if (!f) fail(ErrorKind::kIo, "cannot write {}", o.json_path);
+  }
   return 0;
 }
 
@@ -69,7 +89,12 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("--repeat", o->repeat, "interleaved rounds")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", o->warmup, "untimed runs of every plan first")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", o->threads, "thread budget (0 = all cores)")->capture_default_str();
+  cmd->add_option("--json", o->json_path,
+                  "also write each plan's samples, median, min (and predicted) ms to FILE");
   return [o] { return bench(*o); };
 }
 

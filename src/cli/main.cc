@@ -2,6 +2,8 @@
 // file or argument the user handed us), 1 anything else (a bug or a backend failure).
 #include <fmt/core.h>
 
+#include <filesystem>
+
 #include <CLI/CLI.hpp>
 
 #include <spdlog/spdlog.h>
@@ -10,6 +12,7 @@
 #include "cli/openmp_env.h"
 #include "collage/backend.h"
 #include "collage/error.h"
+#include "search/isolated_measurer.h"
 
 int main(int argc, char** argv) {
   collage::cli::bound_openmp_spinning(argv);
@@ -31,6 +34,9 @@ int main(int argc, char** argv) {
   actions["show"] = collage::cli::add_show_command(app);
   actions["bench"] = collage::cli::add_bench_command(app);
   actions["zoo"] = collage::cli::add_zoo_command(app);
+  // Hidden (no group): `collage tune` starts it to measure candidates in isolation.
+  app.add_subcommand("measure-worker", "")->group("");
+  actions["measure-worker"] = [] { return collage::run_measure_worker(); };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -40,6 +46,13 @@ int main(int argc, char** argv) {
     spdlog::set_level(spdlog::level::from_str(log_level));
     for (const std::string& plugin : plugins)
       collage::BackendRegistry::global().load_plugin(plugin);
+    // The worker is this very binary; /proc/self/exe survives a relative argv[0] and cwd.
+    std::error_code ec;
+    std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    std::vector<std::string> absolute_plugins;
+    for (const std::string& plugin : plugins)
+      absolute_plugins.push_back(std::filesystem::absolute(plugin, ec).string());
+    if (!self.empty()) collage::set_measure_worker_command({self, absolute_plugins});
     for (auto* sub : app.get_subcommands()) return actions.at(sub->get_name())();
   } catch (const collage::Error& e) {
     fmt::print(stderr, "collage: {}: {}\n", collage::error_kind_name(e.kind()), e.what());

@@ -20,6 +20,8 @@ struct TuneCommandOptions {
   std::string cost_db;
   int threads = 0;
   bool verbose = false;
+  bool isolate = true;
+  double isolate_timeout = 60;
 };
 
 void print_result(const TuneResult& r) {
@@ -69,6 +71,8 @@ int run_tune(const TuneCommandOptions& o) {
   options.budget_s = o.budget;
   options.cost_db_path = o.cost_db;
   options.threads = o.threads;
+  options.isolate = o.isolate;
+  options.isolate_timeout_s = o.isolate_timeout;
   ProgressBar bar;
   options.progress = [&](const TuneProgress& p) { bar.update(p); };
   TuneResult result = tune(graph, options);
@@ -99,6 +103,13 @@ Action add_tune_command(CLI::App& app) {
   cmd->add_option("--cost-db", o->cost_db, "cost database (default ~/.cache/collage/costs.db)");
   cmd->add_option("--threads", o->threads, "thread budget (0 = all cores)")->capture_default_str();
   cmd->add_flag("-v,--verbose", o->verbose, "list every failed candidate");
+  cmd->add_flag("--isolate,!--no-isolate", o->isolate,
+                "measure candidates in a worker process, so one that crashes or hangs fails "
+                "alone (default on)");
+  cmd->add_option("--isolate-timeout", o->isolate_timeout,
+                  "seconds a candidate may take in the worker before it counts as hung")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   return [o] { return run_tune(*o); };
 }
 

@@ -117,7 +117,13 @@ void check_inputs_typed(const Graph& graph, const Node& node) {
 }
 
 void check_size(const Node& node, const Value& v, int64_t max_bytes) {
-  int64_t numel = shape_numel(v.shape);
+  int64_t numel = 0;
+  try {
+    numel = shape_numel(v.shape);
+  } catch (const Error& e) {
+    throw Error(e.kind(), fmt::format("node '{}' ({}): output '{}': {}", node.name, node.op_type,
+                                      v.name, e.what()));
+  }
   auto size = static_cast<int64_t>(std::max<size_t>(dtype_size(v.dtype), 1));
   if (numel > max_bytes / size)
     fail(ErrorKind::kLimit,
@@ -131,8 +137,12 @@ void infer_node(Graph& graph, NodeId id, const OpDef& def, const std::vector<boo
   InferContext ctx(graph, node);
   try {
     def.infer(ctx);
-  } catch (const Error&) {
-    throw;
+  } catch (const Error& e) {
+    // Helpers shared by shape functions (shape_numel, broadcasting) do not know the node;
+    // without it a user cannot tell which of thousands of nodes is at fault.
+    std::string prefix = fmt::format("node '{}' ({}): ", node.name, node.op_type);
+    if (std::string(e.what()).find(prefix) != std::string::npos) throw;
+    throw Error(e.kind(), prefix + e.what());
   } catch (const std::exception& e) {
     fail(ErrorKind::kInternal, "node '{}' ({}): shape inference failed: {}", node.name,
          node.op_type, e.what());

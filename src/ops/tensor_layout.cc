@@ -256,6 +256,7 @@ RefKernel slice_kernel(const Graph& g, const Node& n) {
 
 void infer_expand(InferContext& ctx) {
   tensor_require_movable(ctx, 0);
+  tensor_require_int64(ctx, 1, "shape");
   Shape target = ctx.require_constant(1, "shape").to_int_vector();
   auto out = broadcast_shapes(ctx.input_shape(0), target);
   if (!out)
@@ -277,13 +278,20 @@ RefKernel expand_kernel(const Graph& g, const Node& n) {
 void infer_tile(InferContext& ctx) {
   tensor_require_movable(ctx, 0);
   const Shape& in = ctx.input_shape(0);
+  tensor_require_int64(ctx, 1, "repeats");
   std::vector<int64_t> repeats = ctx.require_constant(1, "repeats").to_int_vector();
   if (repeats.size() != in.size())
     ctx.fail("{} repeats for a rank-{} input", repeats.size(), in.size());
   Shape out;
   for (size_t k = 0; k < in.size(); ++k) {
     if (repeats[k] < 0) ctx.fail("negative repeat {}", repeats[k]);
-    out.push_back(in[k] * repeats[k]);
+    // The repeats come from the model unchecked: a wrapped product would read as a valid
+    // (negative or small) dimension.
+    int64_t d = 0;
+    if (__builtin_mul_overflow(in[k], repeats[k], &d))
+      fail(ErrorKind::kLimit, "node '{}' ({}): repeating dimension {} of {} {} times overflows",
+           ctx.node().name, ctx.node().op_type, k, shape_to_string(in), repeats[k]);
+    out.push_back(d);
   }
   ctx.set_output(0, ctx.input_dtype(0), out);
 }
@@ -363,7 +371,10 @@ void infer_pad(InferContext& ctx) {
                        dtype_name(ctx.input_dtype(0)));
   Shape out;
   for (size_t k = 0; k < in.size(); ++k) {
-    int64_t d = in[k] + s.begin[k] + s.end[k];
+    int64_t d = 0;
+    if (__builtin_add_overflow(in[k], s.begin[k], &d) || __builtin_add_overflow(d, s.end[k], &d))
+      fail(ErrorKind::kLimit, "node '{}' ({}): padding dimension {} overflows", ctx.node().name,
+           ctx.node().op_type, k);
     if (d < 0) ctx.fail("pads remove more than dimension {} holds", k);
     bool pads_empty = in[k] == 0 && d > 0;
     if (pads_empty && s.mode != PadMode::kConstant)

@@ -56,6 +56,7 @@ void infer_reshape(InferContext& ctx) {
   const Node& n = ctx.node();
   std::vector<int64_t> spec;
   if (ctx.has_input(1)) {
+    tensor_require_int64(ctx, 1, "shape");
     spec = ctx.require_constant(1, "shape").to_int_vector();
   } else if (n.has_attr("shape")) {  // Reshape-1
     spec = n.attr_ints("shape");

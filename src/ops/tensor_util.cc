@@ -23,6 +23,13 @@ void tensor_require_movable(const InferContext& ctx, size_t input) {
                        dtype_name(t));
 }
 
+void tensor_require_int64(const InferContext& ctx, size_t input, const char* what) {
+  DType t = ctx.input_dtype(input);
+  if (t != DType::kInt64)
+    fail(ErrorKind::kInvalidModel, "node '{}' ({}): input '{}' must be int64, not {}",
+         ctx.node().name, ctx.node().op_type, what, dtype_name(t));
+}
+
 void tensor_require_dtype_in(const InferContext& ctx, size_t input,
                              std::initializer_list<DType> allowed) {
   DType t = ctx.input_dtype(input);

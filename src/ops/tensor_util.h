@@ -28,6 +28,9 @@ template <typename... Args>
 
 // Data-movement ops work on any dtype with a fixed element size; this rejects the rest.
 void tensor_require_movable(const InferContext& ctx, size_t input);
+// Shape-like inputs (Reshape's shape, Expand's shape, Tile's repeats) are int64 by the
+// ONNX spec; reading a float one as integers would silently build some other shape.
+void tensor_require_int64(const InferContext& ctx, size_t input, const char* what);
 // Rejects dtypes the value-interpreting kernels (Range, Resize...) do not compute in.
 void tensor_require_dtype_in(const InferContext& ctx, size_t input,
                              std::initializer_list<DType> allowed);

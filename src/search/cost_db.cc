@@ -104,6 +104,13 @@ bool CostDb::open_and_check() {
       if (sqlite3_step(s.stmt) == SQLITE_ROW) tables = sqlite3_column_int(s.stmt, 0);
     }
     if (version == 0 && tables > 0) return false;  // someone else's database
+    if (version == kSchemaVersion) {
+      // Our version number alone proves little (user_version is any app's to set): a
+      // `costs` table of other columns would only fail at the first write, mid-tuning.
+      Statement s(db_,
+                  "SELECT key, backend, hardware, subgraph, cost_ms, ok, reason FROM costs "
+                  "LIMIT 0");
+    }
     if (version > kSchemaVersion) {
       spdlog::warn("cost database {} has schema {} (newer than this collage's {})", path_, version,
                    kSchemaVersion);

@@ -8,6 +8,7 @@
 #include "collage/session.h"
 #include "runtime/graph_kernel.h"
 #include "search/canonical.h"
+#include "search/isolated_measurer.h"
 
 namespace collage {
 namespace {
@@ -59,7 +60,9 @@ MeasureResult Measurer::measure(const Graph& model, const std::vector<NodeId>& n
       CostDb::make_key(canonical, backend.name(), backend.version(), hardware_.fingerprint());
   if (db_)
     if (auto hit = db_->find(key)) return {*hit, true};
-  CostRecord record = measure_uncached(sub, canonical, backend);
+  CostRecord record = isolated_
+                          ? isolated_->measure(sub, backend.name(), hardware_.threads, options_)
+                          : measure_uncached(sub, canonical, backend);
   if (db_) db_->put(key, backend.name(), hardware_.fingerprint(), canonical, record);
   return {record, false};
 }

@@ -16,6 +16,8 @@
 
 namespace collage {
 
+class IsolatedWorker;
+
 struct MeasureOptions {
   int warmup = 2;
   int min_repeats = 5;
@@ -41,6 +43,9 @@ class Measurer {
   double time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
                      const std::vector<Tensor>& outputs) const;
   const Hardware& hardware() const { return hardware_; }
+  // Measures uncached candidates in `worker` (not owned; null: in this process), so a
+  // kernel that crashes or hangs costs +inf instead of taking the caller down.
+  void set_isolation(IsolatedWorker* worker) { isolated_ = worker; }
 
  private:
   CostRecord measure_uncached(const Graph& subgraph, const std::string& canonical,
@@ -52,6 +57,7 @@ class Measurer {
   Hardware hardware_;
   MeasureOptions options_;
   std::map<std::string, std::vector<Tensor>> reference_cache_;  // by canonical text
+  IsolatedWorker* isolated_ = nullptr;
 };
 
 // The fixed cost of one executor step on this machine (dispatch, argument passing), in

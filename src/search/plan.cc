@@ -39,7 +39,7 @@ Plan Plan::from_json(const std::string& text) {
   Plan plan;
   try {
     json j = json::parse(text);
-    if (j.value("format", "") != "collage-plan")
+    if (!j.is_object() || j.value("format", "") != "collage-plan")
       fail(ErrorKind::kParse, "not a collage plan (missing \"format\": \"collage-plan\")");
     if (j.value("version", 0) != 1)
       fail(ErrorKind::kUnsupported, "plan format version {} is not supported",

@@ -17,6 +17,7 @@
 #include "search/cost_db.h"
 #include "search/graph_level_search.h"
 #include "search/hardware.h"
+#include "search/isolated_measurer.h"
 #include "search/measure.h"
 #include "search/op_level_search.h"
 
@@ -66,6 +67,16 @@ class Tuner {
         measurer_(&db_, hardware_, MeasureOptions{}) {
     for (Backend* b : backends_) b->set_threads(thread_budget());
     result_.cost_db_path = db_.path();
+    if (options.isolate) {
+      if (measure_worker_command().executable.empty()) {
+        spdlog::warn(
+            "candidate isolation needs the collage CLI's measure-worker; measuring in-process");
+      } else {
+        worker_ =
+            std::make_unique<IsolatedWorker>(measure_worker_command(), options.isolate_timeout_s);
+        measurer_.set_isolation(worker_.get());
+      }
+    }
   }
 
   TuneResult run() {
@@ -321,7 +332,17 @@ class Tuner {
     contenders.push_back({"tuned", complete(std::move(tuned)), nullptr});
     for (Backend* b : backends_) {
       if (b->name() == "reference") continue;  // the oracle, not a contender: far slower
-      contenders.push_back({b->name(), complete(place_on_single_backend(graph_, *b)), nullptr});
+      std::vector<Group> groups = place_on_single_backend(graph_, *b);
+      // Timing end to end runs the kernels in this process: one that failed (or crashed,
+      // or hung in the worker) when measured alone must not run here.
+      bool failed = std::any_of(groups.begin(), groups.end(), [&](const Group& g) {
+        return !std::isfinite(cost_of(g.nodes, g.backend));
+      });
+      if (failed) {
+        spdlog::info("no single-backend plan for {}: some of its groups failed", b->name());
+        continue;
+      }
+      contenders.push_back({b->name(), complete(std::move(groups)), nullptr});
     }
     std::vector<Executor*> executors;
     for (Contender& c : contenders) {
@@ -379,6 +400,7 @@ class Tuner {
   Hardware hardware_;
   CostDb db_;
   Measurer measurer_;
+  std::unique_ptr<IsolatedWorker> worker_;
   std::vector<MeasuredCandidate> candidates_;
   std::map<std::pair<std::string, std::vector<NodeId>>, std::shared_ptr<Kernel>> kernels_;
   TuneResult result_;

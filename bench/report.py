@@ -1,0 +1,302 @@
+#!/usr/bin/python3
+"""Helpers for bench/run.sh (standard library only).
+
+  report.py peak --lib libopenblas.so.0 --threads N --out FILE.json
+      this machine's sgemm peak: OpenBLAS cblas_sgemm on N threads, square sizes, best GFLOP/s.
+  report.py summarize WORK_DIR --out-dir bench/results
+      reads WORK_DIR/machine.json and WORK_DIR/<model>/*.json (written by run.sh), writes
+      README.md (Markdown table) and speedups.svg (bar chart) under --out-dir.
+"""
+import argparse
+import ctypes
+import glob
+import html
+import json
+import os
+import random
+import sys
+import time
+
+
+# ---------------------------------------------------------------------------- GEMM peak
+def gemm_peak(lib_path, threads, sizes=(256, 512, 1024, 2048), budget_s=4.0):
+    lib = ctypes.CDLL(lib_path)
+    if hasattr(lib, "openblas_set_num_threads"):
+        lib.openblas_set_num_threads(threads)
+    corename = ""
+    if hasattr(lib, "openblas_get_corename"):
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        corename = lib.openblas_get_corename().decode()
+    config = ""
+    if hasattr(lib, "openblas_get_config"):
+        lib.openblas_get_config.restype = ctypes.c_char_p
+        config = lib.openblas_get_config().decode()
+    sgemm = lib.cblas_sgemm
+    P = ctypes.POINTER(ctypes.c_float)
+    sgemm.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_float, P, ctypes.c_int, P, ctypes.c_int,
+                      ctypes.c_float, P, ctypes.c_int]
+    row_major, no_trans = 101, 111
+    rng = random.Random(1)
+    results = []
+    for n in sizes:
+        buf = (ctypes.c_float * (n * n))
+        a, b, c = buf(), buf(), buf()
+        for i in range(0, n * n, max(1, n * n // 4096)):  # a few non-zeros; speed is data-blind
+            a[i] = rng.uniform(-1, 1)
+            b[i] = rng.uniform(-1, 1)
+        flops = 2.0 * n * n * n
+        sgemm(row_major, no_trans, no_trans, n, n, n, 1.0, a, n, b, n, 0.0, c, n)  # warm-up
+        best = float("inf")
+        start = time.perf_counter()
+        reps = 0
+        while reps < 3 or (time.perf_counter() - start < budget_s / len(sizes) and reps < 50):
+            t0 = time.perf_counter()
+            sgemm(row_major, no_trans, no_trans, n, n, n, 1.0, a, n, b, n, 0.0, c, n)
+            best = min(best, time.perf_counter() - t0)
+            reps += 1
+        results.append({"n": n, "best_s": best, "gflops": flops / best / 1e9, "reps": reps})
+    peak = max(r["gflops"] for r in results)
+    return {"peak_gflops": peak, "sizes": results, "threads": threads, "corename": corename,
+            "openblas_config": config, "lib": lib_path}
+
+
+# ---------------------------------------------------------------------------- summary
+def load_json_lines(path):
+    """All JSON objects in a file (one per line); [] when missing or unreadable."""
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    out.append(json.loads(line))
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def median(xs):
+    s = sorted(xs)
+    return s[len(s) // 2] if s else None  # upper median, as `collage bench` prints
+
+
+def model_summary(model_dir):
+    meta = (load_json_lines(os.path.join(model_dir, "meta.json")) or [{}])[0]
+    plans = {}  # name -> samples over every round
+    order = []
+    predicted = None
+    for path in sorted(glob.glob(os.path.join(model_dir, "collage_*.json"))):
+        for run in load_json_lines(path):
+            for p in run.get("plans", []):
+                if p["name"] not in plans:
+                    plans[p["name"]] = []
+                    order.append(p["name"])
+                plans[p["name"]].extend(p.get("samples", []))
+                if p.get("predicted_ms") is not None:
+                    predicted = p["predicted_ms"]
+    ort_samples, ort_version = [], None
+    for path in sorted(glob.glob(os.path.join(model_dir, "ort_*.json"))):
+        if os.path.basename(path) == "ort_check.json":
+            continue
+        for run in load_json_lines(path):
+            ort_samples.extend(run.get("samples", []))
+            ort_version = run.get("ort_version", ort_version)
+    check = (load_json_lines(os.path.join(model_dir, "ort_check.json")) or [{}])[0]
+    compare = check.get("compare")
+    return {
+        "model": meta.get("model", os.path.basename(model_dir)),
+        "gflops": meta.get("gflops"),
+        "status": meta.get("status", "ok"),
+        "ort_status": meta.get("ort_status"),
+        "plans": {n: {"median": median(plans[n]), "min": min(plans[n]), "n": len(plans[n])}
+                  for n in order if plans[n]},
+        "order": [n for n in order if plans[n]],
+        "predicted": predicted,
+        "ort": ({"median": median(ort_samples), "min": min(ort_samples), "n": len(ort_samples)}
+                if ort_samples else None),
+        "ort_version": ort_version,
+        "compare": compare,
+    }
+
+
+def fmt_ms(v):
+    if v is None:
+        return "n/a"
+    return f"{v:.3f}" if v < 10 else f"{v:.1f}" if v < 1000 else f"{v:.0f}"
+
+
+def fmt_x(v):
+    return "n/a" if v is None else f"{v:.2f}×" if v >= 0.1 else f"{v:.2g}×"
+
+
+def summarize(work, out_dir):
+    machine = (load_json_lines(os.path.join(work, "machine.json")) or [{}])[0]
+    models = [d for d in (machine.get("models") or []) if os.path.isdir(os.path.join(work, d))]
+    rows = [model_summary(os.path.join(work, m)) for m in models]
+    backends = []
+    for r in rows:
+        for n in r["order"]:
+            if n != "tuned" and n not in backends:
+                backends.append(n)
+    peak = (machine.get("peak") or {}).get("peak_gflops")
+    for r in rows:
+        tuned = r["plans"].get("tuned", {}).get("median")
+        singles = [(r["plans"][b]["median"], b) for b in backends if b in r["plans"]]
+        best = min(singles) if singles else None
+        r["best_single"] = best
+        r["vs_best"] = best[0] / tuned if best and tuned else None
+        r["vs_ort"] = r["ort"]["median"] / tuned if r["ort"] and tuned else None
+        r["peak_pct"] = (100.0 * r["gflops"] / (tuned / 1e3) / peak
+                         if r["gflops"] and tuned and peak else None)
+
+    ort_version = next((r["ort_version"] for r in rows if r["ort_version"]), None)
+    coretype = machine.get("coretype_note", "unknown")
+    lines = ["# collage benchmark results", ""]
+    lines.append(f"Generated by `bench/run.sh` on {machine.get('date', '?')} — "
+                 f"{machine.get('cpu', '?')}, {machine.get('nproc', '?')} cores.")
+    lines.append("")
+    lines.append(f"- Thread budget: **{machine.get('threads')}** (collage `--threads`, ONNX Runtime "
+                 "intra-op threads; ORT inter-op 1, sequential execution, all graph optimisations).")
+    lines.append(f"- `OPENBLAS_CORETYPE`: **{coretype}**; OpenBLAS kernel in use: "
+                 f"**{(machine.get('peak') or {}).get('corename') or '?'}**.")
+    if peak:
+        sizes = ", ".join(f"{s['n']}: {s['gflops']:.0f}" for s in machine["peak"]["sizes"])
+        lines.append(f"- GEMM peak: **{peak:.1f} GFLOP/s** (OpenBLAS `cblas_sgemm`, square "
+                     f"N×N×N, best of repeats on {machine.get('threads')} threads; by N: {sizes}).")
+    else:
+        lines.append("- GEMM peak: n/a (OpenBLAS not found).")
+    lines.append(f"- ONNX Runtime: {('onnxruntime-node ' + ort_version) if ort_version else 'n/a'}"
+                 f"{'' if ort_version else ' (' + machine.get('ort_note', 'not available') + ')'}.")
+    lines.append(f"- Tuning budget {machine.get('budget')} s per model, cost DB "
+                 f"`bench/results/costs.db`. Protocol: {machine.get('rounds')} rounds, each "
+                 f"`collage bench` (every plan interleaved, {machine.get('warmup')} warm-up + "
+                 f"{machine.get('repeat')} timed runs per plan) and ORT in its own process "
+                 f"({machine.get('warmup')} warm-up + {machine.get('repeat')} timed runs), the "
+                 "two in alternating order; medians and minima over all samples.")
+    lines.append("")
+    lines.append("Times are median (min) milliseconds. Speed-ups are the tuned plan's median "
+                 "against ONNX Runtime's and against the fastest single-backend plan's. "
+                 "% peak = the model's GFLOPs at the tuned plan's median, over the GEMM peak. "
+                 "ORT check: ORT's outputs against `collage run --plan` on the same inputs "
+                 "(max |diff| ≤ 1e-3 × max |collage output|).")
+    lines.append("")
+    head = (["model", "GFLOPs", "tuned"] + backends +
+            ["ORT", "vs ORT", "vs best single", "% peak", "ORT check"])
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "|".join(["---"] + ["---:"] * (len(head) - 2) + ["---"]) + "|")
+    for r in rows:
+        def cell(p):
+            if not p:
+                return "n/a"
+            return f"{fmt_ms(p['median'])} ({fmt_ms(p['min'])})"
+        tuned = r["plans"].get("tuned")
+        tcell = f"**{cell(tuned)}**" if tuned else ("failed" if r["status"] != "ok" else "n/a")
+        best = (f"{fmt_x(r['vs_best'])} ({r['best_single'][1]})" if r["vs_best"] else "n/a")
+        if r["compare"]:
+            c = r["compare"]
+            check = f"{c['status']} ({c.get('max_err_rel', 0):.1e})"
+        else:
+            check = r["ort_status"] or "n/a"
+        cells = ([r["model"], f"{r['gflops']:.3f}" if r["gflops"] is not None else "?", tcell] +
+                 [cell(r["plans"].get(b)) for b in backends] +
+                 [cell(r["ort"]), fmt_x(r["vs_ort"]), best,
+                  f"{r['peak_pct']:.1f}%" if r["peak_pct"] is not None else "n/a", check])
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("![speed-ups](speedups.svg)")
+    lines.append("")
+    notes = [r for r in rows if r["status"] != "ok"]
+    for r in notes:
+        lines.append(f"- {r['model']}: {r['status']}")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "README.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines).rstrip() + "\n")
+    with open(os.path.join(out_dir, "speedups.svg"), "w", encoding="utf-8") as f:
+        f.write(speedup_svg(rows, coretype, machine.get("threads")))
+    return "\n".join(lines)
+
+
+def speedup_svg(rows, coretype, threads):
+    series = [("vs ONNX Runtime", "vs_ort", "#4e79a7"),
+              ("vs best single backend", "vs_best", "#f28e2b")]
+    values = [r[k] for r in rows for _, k, _ in series if r[k]]
+    vmax = max([1.0] + values) * 1.15
+    left, top, bottom, right = 60, 50, 70, 20
+    bar_w, gap = 22, 26
+    group_w = bar_w * len(series) + gap
+    width = max(420, left + right + group_w * max(1, len(rows)))
+    height = 340
+    plot_h = height - top - bottom
+    y = lambda v: top + plot_h * (1 - v / vmax)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="{width / 2}" y="18" text-anchor="middle" font-size="14">collage tuned plan: '
+           f'speed-up (median latency ratio)</text>',
+           f'<text x="{width / 2}" y="34" text-anchor="middle" fill="#555">{threads} threads, '
+           f'OPENBLAS_CORETYPE {html.escape(str(coretype))}</text>']
+    # grid and axis
+    step = 0.5 if vmax <= 4 else 1.0 if vmax <= 8 else 2.0 if vmax <= 20 else 5.0
+    t = 0.0
+    while t <= vmax:
+        yy = y(t)
+        out.append(f'<line x1="{left}" y1="{yy:.1f}" x2="{width - right}" y2="{yy:.1f}" '
+                   f'stroke="#e5e5e5"/>')
+        out.append(f'<text x="{left - 6}" y="{yy + 4:.1f}" text-anchor="end">{t:g}×</text>')
+        t += step
+    out.append(f'<line x1="{left}" y1="{y(1):.1f}" x2="{width - right}" y2="{y(1):.1f}" '
+               f'stroke="#333" stroke-dasharray="4,3"/>')
+    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#333"/>')
+    for i, r in enumerate(rows):
+        x0 = left + gap / 2 + i * group_w
+        for j, (_, key, color) in enumerate(series):
+            v = r[key]
+            x = x0 + j * bar_w
+            if v:
+                out.append(f'<rect x="{x:.1f}" y="{y(v):.1f}" width="{bar_w - 2}" '
+                           f'height="{y(0) - y(v):.1f}" fill="{color}"><title>'
+                           f'{html.escape(r["model"])}: {v:.2f}×</title></rect>')
+                out.append(f'<text x="{x + (bar_w - 2) / 2:.1f}" y="{y(v) - 3:.1f}" '
+                           f'text-anchor="middle" font-size="9">{v:.2f}</text>')
+            else:
+                out.append(f'<text x="{x + (bar_w - 2) / 2:.1f}" y="{y(0) - 3:.1f}" '
+                           f'text-anchor="middle" font-size="9" fill="#999">n/a</text>')
+        cx = x0 + bar_w * len(series) / 2
+        out.append(f'<text x="{cx:.1f}" y="{top + plot_h + 14}" text-anchor="end" '
+                   f'transform="rotate(-30 {cx:.1f} {top + plot_h + 14})">'
+                   f'{html.escape(r["model"])}</text>')
+    lx = left + 10
+    for k, (label, _, color) in enumerate(series):
+        yy = height - 14
+        out.append(f'<rect x="{lx}" y="{yy - 9}" width="10" height="10" fill="{color}"/>')
+        out.append(f'<text x="{lx + 14}" y="{yy}">{label}</text>')
+        lx += 30 + 7 * len(label)
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("peak")
+    p.add_argument("--lib", required=True)
+    p.add_argument("--threads", type=int, required=True)
+    p.add_argument("--out", required=True)
+    s = sub.add_parser("summarize")
+    s.add_argument("work")
+    s.add_argument("--out-dir", required=True)
+    a = ap.parse_args()
+    if a.cmd == "peak":
+        r = gemm_peak(a.lib, a.threads)
+        with open(a.out, "w") as f:
+            f.write(json.dumps(r) + "\n")
+        print(f"GEMM peak: {r['peak_gflops']:.1f} GFLOP/s on {a.threads} threads "
+              f"(OpenBLAS kernel {r['corename'] or '?'})")
+    else:
+        print(summarize(a.work, a.out_dir))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# collage's benchmark suite (`make bench`). For each zoo model: tune (persistent cost DB),
+# check ONNX Runtime's outputs against collage's, then time side by side, in interleaved
+# rounds: the tuned plan, every single-backend plan (`collage bench`) and ONNX Runtime
+# (bench/peers/ort_run.js). Writes bench/results/README.md and bench/results/speedups.svg.
+# Builds nothing: run `make build` first (or `make bench`, which does both).
+#
+# Environment:
+#   BENCH_MODELS   zoo models (default: the seven paper workloads)
+#   BENCH_BUDGET   tuning budget per model, seconds (default 60)
+#   BENCH_THREADS  thread budget for collage and ORT intra-op threads (default 2)
+#   BENCH_ROUNDS   interleaved rounds (default 5); BENCH_REPEAT timed runs per contender per
+#                  round (default 4); BENCH_WARMUP untimed runs per round (default 2)
+#   BENCH_OPENBLAS_CORETYPE  run with OPENBLAS_CORETYPE set to this (default: unset it)
+#   BUILD_DIR      where build/collage is (default build)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+BUILD_DIR="${BUILD_DIR:-build}"
+COLLAGE="$ROOT/$BUILD_DIR/collage"
+[[ "$BUILD_DIR" = /* ]] && COLLAGE="$BUILD_DIR/collage"
+MODELS="${BENCH_MODELS:-resnet50 resnext50 mobilenet-v2 bert-base dcgan resnet3d-50 nasnet-a-mobile}"
+BUDGET="${BENCH_BUDGET:-60}"
+THREADS="${BENCH_THREADS:-2}"
+ROUNDS="${BENCH_ROUNDS:-5}"
+REPEAT="${BENCH_REPEAT:-4}"
+WARMUP="${BENCH_WARMUP:-2}"
+RESULTS="$ROOT/bench/results"
+WORK="$RESULTS/work.tmp"  # raw JSON of this run (git-ignored)
+COST_DB="$RESULTS/costs.db"
+PEERS="$ROOT/bench/peers"
+PY=/usr/bin/python3
+
+say() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
+
+[ -x "$COLLAGE" ] || die "$COLLAGE not found: run 'make build' first (or 'make bench')"
+"$COLLAGE" bench --help 2>/dev/null | grep -q -- '--json' ||
+  die "$COLLAGE has no 'bench --json': rebuild it ('make build')"
+[ -x "$PY" ] || PY="$(command -v python3)" || die "python3 not found"
+
+# OpenBLAS kernel selection: these build machines export OPENBLAS_CORETYPE=Haswell, which
+# halves OpenBLAS's speed on AVX-512 CPUs; a user's machine does not pin it.
+caller_coretype="${OPENBLAS_CORETYPE:-}"
+if [ -n "${BENCH_OPENBLAS_CORETYPE:-}" ]; then
+  export OPENBLAS_CORETYPE="$BENCH_OPENBLAS_CORETYPE"
+  coretype_note="set to $OPENBLAS_CORETYPE"
+else
+  unset OPENBLAS_CORETYPE
+  coretype_note="unset${caller_coretype:+ (the caller had $caller_coretype)}"
+fi
+
+rm -rf "$WORK"
+mkdir -p "$WORK"
+
+# ---- ONNX Runtime (npm onnxruntime-node; its install script would fetch GPU binaries)
+ort_ok=0
+ort_note=""
+if ! command -v node >/dev/null; then
+  ort_note="node not installed"
+else
+  if [ ! -d "$PEERS/node_modules/onnxruntime-node" ]; then
+    if command -v npm >/dev/null; then
+      say "installing onnxruntime-node (npm, bench/peers)"
+      (cd "$PEERS" && ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund \
+        --loglevel=error) >"$WORK/npm.log" 2>&1 || true
+    fi
+  fi
+  if (cd "$PEERS" && node -e "require('onnxruntime-node')") >"$WORK/ort_load.log" 2>&1; then
+    ort_ok=1
+  elif ! command -v npm >/dev/null; then
+    ort_note="npm not installed"
+  else
+    ort_note="onnxruntime-node could not be installed or loaded: see bench/results/work.tmp/npm.log, ort_load.log"
+  fi
+fi
+[ $ort_ok = 1 ] || say "ONNX Runtime unavailable: $ort_note; its column will say n/a"
+
+# ---- this machine's GEMM peak, with the OpenBLAS collage links
+blas_lib="$(ldd "$COLLAGE" "$(dirname "$COLLAGE")"/src/libcollage_core.so 2>/dev/null |
+  awk '/libopenblas/ {print $3; exit}')"
+[ -n "$blas_lib" ] || blas_lib="$(ldconfig -p | awk '/libopenblas\.so\.0/ {print $NF; exit}')"
+peak_json="{}"
+if [ -n "$blas_lib" ]; then
+  say "measuring the sgemm peak ($blas_lib, $THREADS threads, OPENBLAS_CORETYPE $coretype_note)"
+  if "$PY" bench/report.py peak --lib "$blas_lib" --threads "$THREADS" --out "$WORK/peak.json"; then
+    peak_json="$(cat "$WORK/peak.json")"
+  fi
+fi
+
+cpu="$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
+"$PY" - "$WORK/machine.json" <<EOF
+import json, sys
+json.dump({"date": "$(date -u '+%Y-%m-%d %H:%M UTC')", "cpu": """$cpu""", "nproc": $(nproc),
+           "threads": $THREADS, "budget": $BUDGET, "rounds": $ROUNDS, "repeat": $REPEAT,
+           "warmup": $WARMUP, "coretype_note": "$coretype_note", "ort_note": "$ort_note",
+           "models": "$MODELS".split(), "peak": json.loads('''$peak_json''')},
+          open(sys.argv[1], "w"))
+EOF
+
+# ---- per model
+meta() {  # meta DIR KEY=VALUE...: DIR/meta.json from the model's facts so far
+  local dir="$1"
+  shift
+  "$PY" -c 'import json, sys; d = dict(a.split("=", 1) for a in sys.argv[2:]);
+d["gflops"] = float(d["gflops"]) if d.get("gflops") else None
+json.dump(d, open(sys.argv[1], "w"))' "$dir/meta.json" "$@"
+}
+
+n=0
+total=$(wc -w <<<"$MODELS")
+for model in $MODELS; do
+  n=$((n + 1))
+  dir="$WORK/$model"
+  mkdir -p "$dir"
+  onnx="$dir/$model.onnx"
+  say "[$n/$total] $model: writing the model"
+  if ! "$COLLAGE" zoo "$model" -o "$onnx" >"$dir/zoo.log" 2>&1; then
+    meta "$dir" model="$model" status="zoo failed: $(tail -1 "$dir/zoo.log")"
+    say "  failed: $(tail -1 "$dir/zoo.log")"
+    continue
+  fi
+  gflops="$("$COLLAGE" info "$onnx" | awk '/^GFLOPs:/ {print $2}')"
+
+  say "[$n/$total] $model: tuning (budget ${BUDGET}s, cost DB bench/results/costs.db)"
+  if ! "$COLLAGE" tune "$onnx" -o "$dir/plan.json" --cost-db "$COST_DB" --budget "$BUDGET" \
+    --threads "$THREADS" >"$dir/tune.log" 2>&1; then
+    meta "$dir" model="$model" gflops="$gflops" status="tune failed: $(tail -1 "$dir/tune.log")"
+    say "  tune failed: $(tail -1 "$dir/tune.log")"
+    continue
+  fi
+
+  ort_status="n/a"
+  if [ $ort_ok = 1 ]; then
+    say "[$n/$total] $model: checking ONNX Runtime's outputs against collage's"
+    if node "$PEERS/ort_run.js" "$onnx" --threads "$THREADS" --warmup 0 --repeat 0 \
+      --write-inputs "$dir/inputs" >/dev/null 2>"$dir/ort_check.log" &&
+      "$COLLAGE" run "$onnx" --plan "$dir/plan.json" --threads "$THREADS" \
+        --inputs "$dir/inputs" --outputs "$dir/collage_outputs" >"$dir/run.log" 2>&1 &&
+      node "$PEERS/ort_run.js" "$onnx" --threads "$THREADS" --warmup 0 --repeat 0 \
+        --inputs "$dir/inputs" --outputs "$dir/ort_outputs" --compare "$dir/collage_outputs" \
+        >"$dir/ort_check.json" 2>>"$dir/ort_check.log"; then
+      ort_status="$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["compare"]["status"])' \
+        "$dir/ort_check.json")"
+      say "  outputs: $ort_status"
+    else
+      ort_status="ORT failed: $(tail -1 "$dir/ort_check.log" "$dir/run.log" 2>/dev/null | grep -v '^==>' | grep . | tail -1)"
+      say "  $ort_status"
+      rm -f "$dir/ort_check.json"
+    fi
+  fi
+  meta "$dir" model="$model" gflops="$gflops" status=ok ort_status="$ort_status"
+
+  for ((r = 1; r <= ROUNDS; r++)); do
+    say "[$n/$total] $model: timing, round $r/$ROUNDS"
+    order="collage ort"
+    ((r % 2 == 0)) && order="ort collage"  # alternate who goes first
+    for who in $order; do
+      if [ "$who" = collage ]; then
+        "$COLLAGE" bench "$onnx" --plan "$dir/plan.json" --threads "$THREADS" \
+          --warmup "$WARMUP" --repeat "$REPEAT" --json "$dir/collage_$r.json" \
+          >"$dir/bench_$r.log" 2>&1 || say "  collage bench failed: $(tail -1 "$dir/bench_$r.log")"
+      elif [ $ort_ok = 1 ] && [ "${ort_status#ORT failed}" = "$ort_status" ]; then
+        node "$PEERS/ort_run.js" "$onnx" --threads "$THREADS" --warmup "$WARMUP" \
+          --repeat "$REPEAT" >"$dir/ort_$r.json" 2>"$dir/ort_$r.log" ||
+          say "  ORT failed: $(tail -1 "$dir/ort_$r.log")"
+      fi
+    done
+  done
+done
+
+say "writing bench/results/README.md and bench/results/speedups.svg"
+"$PY" bench/report.py summarize "$WORK" --out-dir "$RESULTS"

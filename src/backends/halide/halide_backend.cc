@@ -1,0 +1,139 @@
+// The `halide` backend: generated code. A connected region of float32 elementwise,
+// broadcast, injective and reduction ops (GELU's Div/Erf/Add/Mul, LayerNorm's
+// decomposition, Softmax, bias + activation, residual adds, Transpose/Reshape glue) becomes
+// ONE Halide pipeline with a hand-written schedule (lower.cc), compiled ahead of time into a
+// cached shared object (jit_cache.cc). Candidates come from a fusion rule over op kinds, not
+// from a list of patterns.
+#include <HalideRuntime.h>
+
+#include <algorithm>
+
+#include "backends/halide/jit_cache.h"
+#include "backends/halide/lower.h"
+#include "collage/backend.h"
+
+#ifndef COLLAGE_HALIDE_VERSION
+#define COLLAGE_HALIDE_VERSION "unknown"
+#endif
+
+namespace collage::halide_backend {
+namespace {
+
+// Ops per region at most: regions beyond that rarely fuse better, and every extra size
+// multiplies the candidates the search must compile and time.
+constexpr int kMaxRegion = 16;
+
+bool lowerable(const Graph& g, const Node& n) {
+  return unsupported_reason(g, n).empty();
+}
+
+class HalideKernel : public Kernel {
+ public:
+  HalideKernel(EntryPoint fn, std::vector<Lowered::Param> params, std::vector<Shape> outputs)
+      : fn_(fn), params_(std::move(params)) {
+    for (const auto& p : params_) dims_.push_back(dims_of(p.shape));
+    for (const Shape& s : outputs) dims_.push_back(dims_of(s));
+  }
+
+  void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs) override {
+    const size_t count = params_.size() + outputs.size();
+    std::vector<halide_buffer_t> buffers(count);
+    // Halide may write into dim arrays during bounds queries: each call gets its own copy.
+    std::vector<std::vector<halide_dimension_t>> dims = dims_;
+    std::vector<void*> args(count);
+    for (size_t k = 0; k < count; ++k) {
+      const Tensor* t = nullptr;
+      if (k < params_.size())
+        t = params_[k].input >= 0 ? &inputs[params_[k].input] : &params_[k].constant;
+      else
+        t = &outputs[k - params_.size()];
+      halide_buffer_t& b = buffers[k];
+      b.host = static_cast<uint8_t*>(t->raw());
+      b.type = halide_type_t(halide_type_float, 32);
+      b.dimensions = static_cast<int32_t>(dims[k].size());
+      b.dim = dims[k].empty() ? nullptr : dims[k].data();
+      args[k] = &b;
+    }
+    if (int rc = fn_(args.data()); rc != 0)
+      fail(ErrorKind::kBackend, "halide: kernel failed with status {}: {}", rc,
+           last_kernel_error());
+  }
+
+ private:
+  static std::vector<halide_dimension_t> dims_of(const Shape& shape) {
+    std::vector<halide_dimension_t> dims;
+    int32_t stride = 1;
+    for (size_t k = shape.size(); k-- > 0;) {
+      dims.push_back(halide_dimension_t(0, static_cast<int32_t>(shape[k]), stride));
+      stride *= static_cast<int32_t>(shape[k]);
+    }
+    return dims;
+  }
+
+  EntryPoint fn_;
+  std::vector<Lowered::Param> params_;
+  std::vector<std::vector<halide_dimension_t>> dims_;
+};
+
+class HalideBackend : public Backend {
+ public:
+  std::string name() const override { return "halide"; }
+  std::string version() const override { return std::string("Halide ") + COLLAGE_HALIDE_VERSION; }
+  BackendKind kind() const override { return BackendKind::kOpLevel; }
+  std::string thread_model() const override { return "Halide thread pool"; }
+  std::vector<std::string> details() const override {
+    return {"target: " + target_string(),
+            "hand-written schedules: innermost dim in 16-float vectors, rows over the pool, "
+            "row reductions computed per row",
+            "kernels compiled ahead of time and cached on disk (see jit_cache.h)"};
+  }
+
+  std::vector<PatternEntry> patterns() const override {
+    // A reduction alone is worth a generated kernel (one pass, vectorised); a lone
+    // elementwise op is not: the reference's loop is as good and each kernel costs a
+    // compile. Chains of them come from the fusion rule.
+    const NodePredicate ok = [](const Graph& g, const Node& n) { return lowerable(g, n); };
+    return {{"Softmax", op_in({"Softmax", "LogSoftmax"}).where(ok, "float32"), {}},
+            {"Reduce",
+             op_in({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                    "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
+                 .where(ok, "float32, constant axes"),
+             {}}};
+  }
+
+  std::vector<FusionRule> fusion_rules() const override {
+    FusionRule rule = fuse_region(
+        "fused_region",
+        {OpKind::kElementwise, OpKind::kBroadcast, OpKind::kInjective, OpKind::kReduction},
+        kMaxRegion, lowerable);
+    rule.description += " (float32, ops lowerable to Halide)";
+    return {rule};
+  }
+
+  std::unique_ptr<Kernel> compile(const Graph& subgraph) override {
+    if (subgraph.num_nodes() == 0) fail(ErrorKind::kUnsupported, "halide: empty subgraph");
+    for (const Node& n : subgraph.nodes())
+      if (std::string why = unsupported_reason(subgraph, n); !why.empty())
+        fail(ErrorKind::kUnsupported, "halide: node '{}' ({}): {}", n.name, n.op_type, why);
+    for (ValueId v : subgraph.inputs)
+      if (subgraph.value(v).dtype != DType::kFloat32)
+        fail(ErrorKind::kUnsupported, "halide: input '{}' is not float32", subgraph.value(v).name);
+    Lowered lowered = lower(subgraph);
+    EntryPoint fn =
+        get_kernel(describe(subgraph), [&](const std::string& name, const Halide::Target& target) {
+          return lowered.pipeline.compile_to_module(lowered.arguments, name, target);
+        });
+    return std::make_unique<HalideKernel>(fn, std::move(lowered.params),
+                                          std::move(lowered.output_shapes));
+  }
+
+  void set_threads(int threads) override { set_num_threads(threads); }
+};
+
+}  // namespace
+}  // namespace collage::halide_backend
+
+namespace collage {
+using HalideBackend = halide_backend::HalideBackend;
+COLLAGE_REGISTER_BACKEND(HalideBackend);
+}  // namespace collage

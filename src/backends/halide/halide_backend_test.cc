@@ -1,0 +1,433 @@
+// The halide backend against the reference backend: every op it claims and the fused
+// chains it exists for (GELU, LayerNorm as PyTorch exports it, Softmax, bias + Relu,
+// residual adds, Transpose glue) on randomized shapes; the erf approximation against
+// std::erf; what the fusion rule proposes; what compile() refuses; and the disk cache.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backends/halide/cache_stats.h"
+#include "collage/backend.h"
+#include "collage/session.h"
+#include "unit/graph_builder.h"
+
+namespace collage {
+namespace {
+
+using testing::attr_f;
+using testing::attr_i;
+using testing::attr_ints;
+using testing::GraphBuilder;
+using testing::run_backend_and_reference;
+using testing::tolerance_ratio;
+
+Backend& halide() {
+  return BackendRegistry::global().get("halide");
+}
+
+void expect_like_reference(const Graph& g, const std::string& what, uint64_t seed = 3) {
+  SCOPED_TRACE(what);
+  auto [got, want] = run_backend_and_reference(halide(), g, seed);
+  EXPECT_LE(tolerance_ratio(got, want), 1.0) << what;
+}
+
+int64_t pick(std::mt19937& rng, int64_t lo, int64_t hi) {
+  return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+}
+
+Shape random_shape(std::mt19937& rng, int rank) {
+  Shape s;
+  for (int d = 0; d < rank; ++d) s.push_back(pick(rng, 1, 40));
+  return s;
+}
+
+// GELU as torch.onnx exports it: x * 0.5 * (1 + erf(x / sqrt(2))).
+ValueId add_gelu(GraphBuilder& b, ValueId x) {
+  ValueId d = b.add1("Div", {x, b.constant("sqrt2", Tensor::scalar(1.4142135f))});
+  ValueId e = b.add1("Erf", {d});
+  ValueId one = b.add1("Add", {e, b.constant("one", Tensor::scalar(1.0f))});
+  ValueId m = b.add1("Mul", {x, one});
+  return b.add1("Mul", {m, b.constant("half", Tensor::scalar(0.5f))});
+}
+
+// LayerNorm as torch.onnx (opset 13-17) exports it over the last axis.
+ValueId add_layer_norm(GraphBuilder& b, ValueId x, int64_t hidden) {
+  Attribute axes = attr_ints({-1});
+  ValueId mean = b.add1("ReduceMean", {x}, {{"axes", axes}});
+  ValueId c = b.add1("Sub", {x, mean});
+  ValueId sq = b.add1("Pow", {c, b.constant("two", Tensor::scalar(2.0f))});
+  ValueId var = b.add1("ReduceMean", {sq}, {{"axes", axes}});
+  ValueId ve = b.add1("Add", {var, b.constant("eps", Tensor::scalar(1e-5f))});
+  ValueId sd = b.add1("Sqrt", {ve});
+  ValueId n = b.add1("Div", {c, sd});
+  ValueId s = b.add1("Mul", {n, b.random_constant("gamma", {hidden})});
+  return b.add1("Add", {s, b.random_constant("beta", {hidden})});
+}
+
+TEST(HalideBackend, Identity) {
+  Backend& b = halide();
+  EXPECT_EQ(b.kind(), BackendKind::kOpLevel);
+  EXPECT_EQ(b.version().rfind("Halide 14.", 0), 0u) << b.version();
+  EXPECT_EQ(b.thread_model(), "Halide thread pool");
+  ASSERT_FALSE(b.fusion_rules().empty());
+}
+
+using halide_backend::evaluate_math;
+using halide_backend::MathFn;
+
+std::vector<float> sweep(float lo, float hi, int n) {
+  std::vector<float> xs(n);
+  for (int i = 0; i < n; ++i) xs[i] = lo + (hi - lo) * static_cast<float>(i) / (n - 1);
+  return xs;
+}
+
+// The polynomial erf, vectorised as in kernels, against std::erf.
+TEST(HalideBackend, ErfApproximationIsFloatAccurate) {
+  std::vector<float> xs = sweep(-6.0f, 6.0f, 200001);
+  std::vector<float> ys = evaluate_math(MathFn::kErf, xs);
+  ASSERT_EQ(ys.size(), xs.size());
+  double worst = 0;
+  for (size_t i = 0; i < xs.size(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(ys[i]) - std::erf(double(xs[i]))));
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_GT(worst, 0.0);  // it is an approximation: a zero would mean libm was called
+}
+
+TEST(HalideBackend, ExpTanhSigmoidAreAccurate) {
+  std::vector<float> xs = sweep(-90.0f, 90.0f, 100001);
+  std::vector<float> es = evaluate_math(MathFn::kExp, xs), ts = evaluate_math(MathFn::kTanh, xs),
+                     ss = evaluate_math(MathFn::kSigmoid, xs);
+  double worst_exp = 0, worst_tanh = 0, worst_sigmoid = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double x = xs[i], e = std::exp(x), t = std::tanh(x), s = 1.0 / (1.0 + std::exp(-x));
+    if (e > 1e-37 && e < 1e38) worst_exp = std::max(worst_exp, std::fabs(es[i] - e) / e);
+    worst_tanh = std::max(worst_tanh, std::fabs(ts[i] - t) / std::max(1e-6, std::fabs(t)));
+    worst_sigmoid = std::max(worst_sigmoid, std::fabs(ss[i] - s));
+  }
+  EXPECT_LT(worst_exp, 2e-6);
+  EXPECT_LT(worst_tanh, 1e-5);
+  EXPECT_LT(worst_sigmoid, 1e-6);
+  // Saturation instead of nonsense far outside the polynomial's range.
+  std::vector<float> far = evaluate_math(MathFn::kExp, {-200.0f, 200.0f});
+  EXPECT_EQ(far[0], 0.0f);
+  EXPECT_TRUE(std::isinf(far[1]));
+}
+
+TEST(HalideBackend, UnaryOpsRandomized) {
+  const std::vector<std::pair<std::string, std::map<std::string, Attribute>>> ops = {
+      {"Relu", {}},        {"LeakyRelu", {{"alpha", attr_f(0.2f)}}},
+      {"Elu", {}},         {"Selu", {}},
+      {"Celu", {}},        {"Sigmoid", {}},
+      {"HardSigmoid", {}}, {"HardSwish", {}},
+      {"Softplus", {}},    {"Softsign", {}},
+      {"Tanh", {}},        {"Erf", {}},
+      {"Exp", {}},         {"Neg", {}},
+      {"Abs", {}},         {"Floor", {}},
+      {"Ceil", {}},        {"Round", {}},
+      {"Sin", {}},         {"Cos", {}},
+      {"Atan", {}},        {"Sign", {}},
+      {"Identity", {}},    {"Sinh", {}}};
+  std::mt19937 rng(11);
+  for (const auto& [op, attrs] : ops) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, random_shape(rng, static_cast<int>(pick(rng, 1, 4))));
+    // Two ops, so the chain is what the fusion rule would hand over.
+    ValueId y = b.add1(op, {x}, attrs);
+    b.output(b.add1("Mul", {y, b.constant("k", Tensor::scalar(1.5f))}));
+    expect_like_reference(b.graph(), op);
+  }
+  // Ops with a restricted domain, on positive inputs.
+  for (const std::string op : {"Log", "Sqrt", "Reciprocal"}) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, random_shape(rng, 3));
+    ValueId pos = b.add1("Add", {b.add1("Abs", {x}), b.constant("k", Tensor::scalar(0.5f))});
+    b.output(b.add1(op, {pos}));
+    expect_like_reference(b.graph(), op);
+  }
+}
+
+TEST(HalideBackend, BinaryBroadcastRandomized) {
+  std::mt19937 rng(5);
+  for (const std::string op : {"Add", "Sub", "Mul", "Div", "Max", "Min", "PRelu", "Pow"}) {
+    for (int trial = 0; trial < 3; ++trial) {
+      const int rank = static_cast<int>(pick(rng, 1, 4));
+      Shape a = random_shape(rng, rank), bs = a;
+      // Broadcast some dims of b, and sometimes drop leading ones.
+      for (auto& d : bs)
+        if (pick(rng, 0, 2) == 0) d = 1;
+      if (op != "PRelu" && trial == 1) bs.erase(bs.begin());
+      GraphBuilder b;
+      ValueId x = b.input("x", DType::kFloat32, a);
+      ValueId y = b.input("y", DType::kFloat32, bs);
+      if (op == "Pow") x = b.add1("Abs", {x});
+      ValueId z = b.add1(op, {x, y});
+      b.output(b.add1("Relu", {z}));
+      expect_like_reference(b.graph(), op + " " + shape_to_string(a) + " " + shape_to_string(bs));
+    }
+  }
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {3, 4});
+  ValueId y = b.input("y", DType::kFloat32, {4});
+  ValueId z = b.input("z", DType::kFloat32, {3, 1});
+  ValueId s = b.add1("Sum", {x, y, z});
+  ValueId m = b.add1("Mean", {s, y, z});
+  ValueId c = b.add1(
+      "Clip", {m, b.constant("lo", Tensor::scalar(-0.3f)), b.constant("hi", Tensor::scalar(0.4f))});
+  b.output(b.add1("Max", {c, y, z}));
+  expect_like_reference(b.graph(), "variadic + clip");
+}
+
+TEST(HalideBackend, ReductionsRandomized) {
+  const std::vector<std::string> ops = {"ReduceSum", "ReduceMean",      "ReduceMax",
+                                        "ReduceMin", "ReduceProd",      "ReduceL1",
+                                        "ReduceL2",  "ReduceSumSquare", "ReduceLogSumExp"};
+  std::mt19937 rng(17);
+  for (const std::string& op : ops) {
+    for (int trial = 0; trial < 4; ++trial) {
+      const int rank = static_cast<int>(pick(rng, 1, 4));
+      Shape s = random_shape(rng, rank);
+      if (op == "ReduceProd")
+        for (auto& d : s) d = std::min<int64_t>(d, 6);
+      std::vector<int64_t> axes;
+      for (int d = 0; d < rank; ++d)
+        if (pick(rng, 0, 1)) axes.push_back(d - (trial % 2 ? rank : 0));
+      GraphBuilder b;
+      ValueId x = b.input("x", DType::kFloat32, s);
+      std::map<std::string, Attribute> attrs = {{"keepdims", attr_i(trial < 2)}};
+      if (!axes.empty()) attrs["axes"] = attr_ints(axes);
+      ValueId r = b.add1(op, {x}, attrs);
+      b.output(b.add1("Add", {r, b.constant("k", Tensor::scalar(0.25f))}));
+      expect_like_reference(b.graph(),
+                            op + " " + shape_to_string(s) + " axes " + std::to_string(axes.size()));
+    }
+  }
+  // ReduceSum with axes as an input (opset 13) and a big row (vectorised partial sums).
+  GraphBuilder b(13);
+  ValueId x = b.input("x", DType::kFloat32, {6, 1000});
+  b.output(b.add1("ReduceSum", {x, b.constant("axes", Tensor::from_vector<int64_t>({1}, {1}))},
+                  {{"keepdims", attr_i(0)}}));
+  expect_like_reference(b.graph(), "ReduceSum axes input");
+}
+
+TEST(HalideBackend, SoftmaxBothConventions) {
+  std::mt19937 rng(23);
+  for (int opset : {11, 13}) {
+    for (const std::string op : {"Softmax", "LogSoftmax"}) {
+      for (int trial = 0; trial < 3; ++trial) {
+        const int rank = static_cast<int>(pick(rng, 1, 4));
+        Shape s = random_shape(rng, rank);
+        GraphBuilder b(opset);
+        ValueId x = b.input("x", DType::kFloat32, s);
+        int64_t axis = pick(rng, -rank, rank - 1);
+        b.output(b.add1(op, {x}, {{"axis", attr_i(axis)}}));
+        expect_like_reference(b.graph(), op + " opset " + std::to_string(opset) + " " +
+                                             shape_to_string(s) + " axis " + std::to_string(axis));
+      }
+    }
+  }
+}
+
+TEST(HalideBackend, AttentionSoftmaxChain) {
+  // BERT's scores: Div by sqrt(d), Add the mask, Softmax over the last axis.
+  GraphBuilder b;
+  ValueId x = b.input("scores", DType::kFloat32, {2, 12, 64, 64});
+  ValueId mask = b.input("mask", DType::kFloat32, {2, 1, 1, 64});
+  ValueId d = b.add1("Div", {x, b.constant("s", Tensor::scalar(8.0f))});
+  ValueId a = b.add1("Add", {d, mask});
+  b.output(b.add1("Softmax", {a}, {{"axis", attr_i(-1)}}));
+  expect_like_reference(b.graph(), "attention softmax");
+}
+
+TEST(HalideBackend, GeluChain) {
+  std::mt19937 rng(29);
+  for (int trial = 0; trial < 3; ++trial) {
+    GraphBuilder b;
+    const int64_t n = pick(rng, 1, 20), h = pick(rng, 1, 100) * 4;
+    ValueId x = b.input("x", DType::kFloat32, {n, h});
+    ValueId bias = b.add1("Add", {x, b.random_constant("bias", {h})});
+    b.output(add_gelu(b, bias));
+    expect_like_reference(b.graph(), "bias + gelu " + std::to_string(h));
+  }
+}
+
+TEST(HalideBackend, LayerNormDecomposition) {
+  std::mt19937 rng(31);
+  for (int trial = 0; trial < 3; ++trial) {
+    GraphBuilder b;
+    const int64_t batch = pick(rng, 1, 3), seq = pick(rng, 1, 40),
+                  hidden = trial == 0 ? 768 : pick(rng, 2, 100);
+    ValueId x = b.input("x", DType::kFloat32, {batch, seq, hidden});
+    ValueId r = b.input("residual", DType::kFloat32, {batch, seq, hidden});
+    // Residual add + LayerNorm, as in every BERT block.
+    ValueId sum = b.add1("Add", {x, r});
+    b.output(add_layer_norm(b, sum, hidden));
+    expect_like_reference(b.graph(), "residual + layernorm hidden " + std::to_string(hidden));
+  }
+}
+
+TEST(HalideBackend, MultipleOutputs) {
+  // The residual sum is read outside too: the kernel exposes it as a second output.
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {4, 96});
+  ValueId r = b.input("r", DType::kFloat32, {4, 96});
+  ValueId sum = b.add1("Add", {x, r});
+  b.output(sum);
+  b.output(add_layer_norm(b, sum, 96));
+  expect_like_reference(b.graph(), "layernorm + its input as output");
+}
+
+TEST(HalideBackend, BiasReluAndResidual) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {2, 8, 7, 7});
+  ValueId res = b.input("res", DType::kFloat32, {2, 8, 7, 7});
+  ValueId y = b.add1("Add", {x, b.random_constant("bias", {8, 1, 1})});
+  y = b.add1("Relu", {y});
+  b.output(b.add1("Add", {y, res}));
+  expect_like_reference(b.graph(), "bias + relu + residual");
+}
+
+TEST(HalideBackend, LayoutGlue) {
+  {
+    // BERT's head split: Reshape [b, s, 768] -> [b, s, 12, 64], Transpose to [b, 12, s, 64].
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {2, 16, 96});
+    ValueId y = b.add1("Add", {x, b.random_constant("bias", {96})});
+    y = b.add1("Reshape",
+               {y, b.constant("shape", Tensor::from_vector<int64_t>({4}, {2, 16, 4, 24}))});
+    b.output(b.add1("Transpose", {y}, {{"perm", attr_ints({0, 2, 1, 3})}}));
+    expect_like_reference(b.graph(), "reshape + transpose");
+  }
+  {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {3, 5, 6});
+    ValueId y = b.add1("Relu", {x});
+    ValueId sl = b.add1("Slice", {y, b.constant("st", Tensor::from_vector<int64_t>({2}, {1, 5})),
+                                  b.constant("en", Tensor::from_vector<int64_t>({2}, {5, 0})),
+                                  b.constant("ax", Tensor::from_vector<int64_t>({2}, {1, 2})),
+                                  b.constant("sp", Tensor::from_vector<int64_t>({2}, {2, -2}))});
+    ValueId c = b.add1("Concat", {sl, b.add1("Neg", {sl})}, {{"axis", attr_i(1)}});
+    ValueId t =
+        b.add1("Tile", {c, b.constant("rep", Tensor::from_vector<int64_t>({3}, {1, 2, 1}))});
+    ValueId u = b.add1("Unsqueeze", {t, b.constant("ua", Tensor::from_vector<int64_t>({1}, {0}))});
+    ValueId e =
+        b.add1("Expand", {u, b.constant("es", Tensor::from_vector<int64_t>({4}, {2, 1, 1, 1}))});
+    ValueId f = b.add1("Flatten", {e}, {{"axis", attr_i(2)}});
+    auto parts = b.add("Split", {f}, {{"axis", attr_i(1)}}, 2);
+    b.output(parts[0]);
+    b.output(b.add1("Sigmoid", {parts[1]}));
+    expect_like_reference(b.graph(), "slice concat tile unsqueeze expand flatten split");
+  }
+}
+
+TEST(HalideBackend, RefusesWhatItCannotGenerate) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {4, 4});
+  ValueId c = b.add1("Cast", {x}, {{"to", attr_i(static_cast<int64_t>(DType::kInt32))}});
+  b.output(b.add1("Neg", {c}));
+  try {
+    halide().compile(b.graph());
+    ADD_FAILURE() << "compiled an int32 region";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("float32"), std::string::npos) << e.what();
+  }
+  GraphBuilder m;
+  ValueId a = m.input("a", DType::kFloat32, {4, 4});
+  m.output(m.add1("MatMul", {a, a}));
+  try {
+    halide().compile(m.graph());
+    ADD_FAILURE() << "compiled a MatMul";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+  }
+}
+
+TEST(HalideBackend, FusionRuleProposesWholeChains) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {4, 64});
+  ValueId w = b.random_constant("w", {64, 64});
+  ValueId mm = b.add1("MatMul", {x, w});
+  ValueId y = b.add1("Add", {mm, b.random_constant("bias", {64})});
+  ValueId g = add_gelu(b, y);
+  b.output(add_layer_norm(b, g, 64));
+  Graph graph = b.finish();
+  size_t largest = 0;
+  for (const Match& m : find_matches(graph, halide())) {
+    for (NodeId n : m.nodes) EXPECT_NE(graph.node(n).op_type, "MatMul");
+    largest = std::max(largest, m.nodes.size());
+  }
+  // bias Add + 5 GELU ops + 9 LayerNorm ops = 15 nodes, under the cap of 16.
+  EXPECT_EQ(largest, 15u);
+  // And the whole model on halide (MatMul on reference) is right.
+  Session halide_session(graph, SessionOptions{.backend = "halide"});
+  Session reference(graph, SessionOptions{});
+  std::vector<Tensor> in = random_inputs(graph, 9);
+  EXPECT_LE(tolerance_ratio(halide_session.run(in), reference.run(in)), 1.0);
+}
+
+TEST(HalideBackend, DiskCacheServesTheSecondCompile) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("collage-halide-test-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const char* old = std::getenv("COLLAGE_CACHE_DIR");
+  const std::string saved = old ? old : "";
+  setenv("COLLAGE_CACHE_DIR", dir.c_str(), 1);
+  // A shape no other test uses, so the kernel is new to this process.
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {3, 777});
+  b.output(b.add1("Relu", {b.add1("Add", {x, b.random_constant("bias", {777})})}));
+  const Graph g = b.finish();
+  auto count_objects = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(dir / "halide"))
+      if (e.path().extension() == ".so" && e.path().filename().string().rfind("runtime-", 0) != 0)
+        ++n;
+    return n;
+  };
+  const halide_backend::CacheStats before = halide_backend::cache_stats();
+  expect_like_reference(g, "first compile");
+  const halide_backend::CacheStats first = halide_backend::cache_stats();
+  EXPECT_EQ(first.compiles, before.compiles + 1);
+  EXPECT_EQ(count_objects(), 1);
+  // Same graph again, with the in-process map dropped: served by the file.
+  halide_backend::clear_memory_cache();
+  expect_like_reference(g, "second compile");
+  const halide_backend::CacheStats second = halide_backend::cache_stats();
+  EXPECT_EQ(second.compiles, first.compiles);
+  EXPECT_EQ(second.disk_hits, first.disk_hits + 1);
+  EXPECT_EQ(count_objects(), 1);
+  // And without dropping it: served from memory.
+  halide().compile(g);
+  EXPECT_EQ(halide_backend::cache_stats().memory_hits, second.memory_hits + 1);
+  if (old)
+    setenv("COLLAGE_CACHE_DIR", saved.c_str(), 1);
+  else
+    unsetenv("COLLAGE_CACHE_DIR");
+  fs::remove_all(dir);
+}
+
+TEST(HalideBackend, UnwritableCacheDirFallsBack) {
+  const char* old = std::getenv("COLLAGE_CACHE_DIR");
+  const std::string saved = old ? old : "";
+  setenv("COLLAGE_CACHE_DIR", "/proc/collage-cannot-create-this", 1);
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {5, 333});
+  b.output(b.add1("Tanh", {b.add1("Mul", {x, b.constant("k", Tensor::scalar(3.0f))})}));
+  expect_like_reference(b.graph(), "no disk cache");
+  EXPECT_EQ(halide_backend::cache_dir().find("/proc"), std::string::npos);
+  if (old)
+    setenv("COLLAGE_CACHE_DIR", saved.c_str(), 1);
+  else
+    unsetenv("COLLAGE_CACHE_DIR");
+}
+
+}  // namespace
+}  // namespace collage

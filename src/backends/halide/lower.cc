@@ -1,0 +1,913 @@
+#include "backends/halide/lower.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "backends/halide/halide_math.h"
+#include "collage/error.h"
+#include "collage/op_registry.h"
+
+namespace collage::halide_backend {
+namespace {
+
+using Halide::Expr;
+using Halide::Func;
+using Halide::Var;
+using Index = std::vector<Expr>;  // ONNX order: outermost dim first
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+// Below this many elements a loop runs on one thread: a task handoff costs more.
+constexpr int64_t kParallelMin = 32 * 1024;
+// Elements per parallel task: big enough to amortise the handoff, small enough to balance.
+constexpr int64_t kTaskElems = 16 * 1024;
+
+const std::set<std::string> kUnary = {
+    "Relu",     "LeakyRelu", "Elu",   "Selu",  "Celu",  "Sigmoid", "HardSigmoid", "HardSwish",
+    "Softplus", "Softsign",  "Tanh",  "Erf",   "Exp",   "Log",     "Sqrt",        "Reciprocal",
+    "Floor",    "Ceil",      "Round", "Sin",   "Cos",   "Tan",     "Asin",        "Acos",
+    "Atan",     "Sinh",      "Cosh",  "Asinh", "Acosh", "Atanh",   "Neg",         "Abs",
+    "Sign",     "Identity",  "Cast",  "Clip"};
+const std::set<std::string> kBinary = {"Add",   "Sub", "Mul", "Div", "Pow",
+                                       "PRelu", "Max", "Min", "Sum", "Mean"};
+const std::set<std::string> kReduce = {
+    "ReduceSum", "ReduceMean", "ReduceMax",       "ReduceMin",    "ReduceProd",
+    "ReduceL1",  "ReduceL2",   "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"};
+const std::set<std::string> kSoftmax = {"Softmax", "LogSoftmax"};
+const std::set<std::string> kReshape = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
+const std::set<std::string> kLayout = {"Transpose", "Expand", "Slice", "Concat", "Split", "Tile"};
+
+// Inputs that are shapes/axes/indices rather than data: the op reads them at lowering time
+// (or not at all, when the graph's inferred shapes say everything).
+bool is_param_input(const std::string& op, size_t i) {
+  if (i == 0) return false;
+  return kReshape.count(op) || kReduce.count(op) || op == "Expand" || op == "Slice" ||
+         op == "Split" || op == "Tile";
+}
+
+// Inputs whose values lowering needs (they become loop bounds and offsets).
+bool needs_constant(const std::string& op, size_t i) {
+  return i > 0 && (op == "Slice" || kReduce.count(op));
+}
+
+std::vector<Var> dim_vars(size_t rank) {
+  // Shared names: every Func's dimension k is the same Var, which keeps schedules uniform.
+  static const std::vector<Var> vars = [] {
+    std::vector<Var> v;
+    for (int k = 0; k < 16; ++k) v.emplace_back("d" + std::to_string(k));
+    return v;
+  }();
+  if (rank > vars.size()) fail(ErrorKind::kUnsupported, "halide: rank {} > 16", rank);
+  return {vars.begin(), vars.begin() + static_cast<long>(rank)};
+}
+
+// Halide lists dimensions innermost first; ONNX outermost first.
+std::vector<Expr> halide_args(const Index& idx) {
+  return {idx.rbegin(), idx.rend()};
+}
+
+Index index_of(const std::vector<Var>& hv) {
+  Index idx;
+  for (size_t i = hv.size(); i-- > 0;) idx.push_back(hv[i]);
+  return idx;
+}
+
+struct Val {
+  Func f;
+  Expr scalar;  // defined for scalar constants inlined into the code
+  Shape shape;
+  bool after_reduction = false;           // depends on some reduction
+  bool reshaped_after_reduction = false;  // an injective op sits between it and a reduction
+};
+
+struct Reduction {
+  Func f;
+  Shape in_shape;
+  std::vector<bool> mask;
+  Shape out_shape;
+  std::optional<Halide::RDom> rdom;
+  std::vector<std::pair<Func, Shape>> producers;  // materialised with it (Softmax's exp)
+};
+
+std::string reduce_axes_reason(const Graph& g, const Node& n) {
+  if (n.input(1) != kNoValue && !g.value(n.input(1)).is_constant()) return "axes not constant";
+  return "";
+}
+
+std::vector<int64_t> int_values(const Graph& g, ValueId v) {
+  return g.value(v).constant.to_int_vector();
+}
+
+class Lowerer {
+ public:
+  explicit Lowerer(const Graph& g) : g_(g) {}
+
+  Lowered run() {
+    Lowered out;
+    for (size_t i = 0; i < g_.inputs.size(); ++i) {
+      const Value& v = g_.value(g_.inputs[i]);
+      vals_[g_.inputs[i]] = param(static_cast<int>(i), Tensor(), v.shape, out);
+    }
+    for (const Node& n : g_.nodes()) lower_node(n, out);
+    std::vector<Func> outputs;
+    std::vector<const Val*> output_vals;
+    for (size_t k = 0; k < g_.outputs.size(); ++k) {
+      const Val& v = data_value(g_.outputs[k], out);
+      Func o(fmt::format("out{}", k));
+      std::vector<Var> hv = dim_vars(v.shape.size());
+      o(hv) = at(v, index_of(hv));
+      constrain(o.output_buffer(), v.shape);
+      outputs.push_back(o);
+      output_vals.push_back(&v);
+      out.output_shapes.push_back(v.shape);
+    }
+    schedule(outputs, output_vals);
+    out.pipeline = Halide::Pipeline(outputs);
+    return out;
+  }
+
+ private:
+  template <typename... Args>
+  [[noreturn]] void unsupported(const Node& n, fmt::format_string<Args...> f, Args&&... args) {
+    fail(ErrorKind::kUnsupported, "halide: node '{}' ({}): {}", n.name, n.op_type,
+         fmt::format(f, std::forward<Args>(args)...));
+  }
+
+  template <typename Dim>
+  static void constrain_dims(Dim dim_of, const Shape& shape) {
+    int64_t stride = 1;
+    for (size_t k = 0; k < shape.size(); ++k) {
+      const int64_t extent = shape[shape.size() - 1 - k];
+      dim_of(static_cast<int>(k))
+          .set_bounds(0, static_cast<int>(extent))
+          .set_stride(static_cast<int>(stride));
+      stride *= extent;
+    }
+  }
+  static void constrain(Halide::OutputImageParam p, const Shape& shape) {
+    constrain_dims([&](int k) { return p.dim(k); }, shape);
+  }
+
+  Val param(int input, Tensor constant, const Shape& shape, Lowered& out) {
+    const int k = static_cast<int>(out.params.size());
+    Halide::ImageParam ip(Halide::Float(32), static_cast<int>(shape.size()),
+                          fmt::format("in{}", k));
+    constrain(ip, shape);
+    out.arguments.push_back(ip);
+    out.params.push_back({input, std::move(constant), shape});
+    Val v;
+    v.f = Func(fmt::format("in{}_f", k));
+    std::vector<Var> hv = dim_vars(shape.size());
+    v.f(hv) = ip(std::vector<Expr>(hv.begin(), hv.end()));
+    v.shape = shape;
+    return v;
+  }
+
+  // The Val of a data value: lowered earlier, a graph input, or a constant (scalars become
+  // immediates; bigger ones buffer arguments).
+  const Val& data_value(ValueId id, Lowered& out) {
+    auto it = vals_.find(id);
+    if (it != vals_.end()) return it->second;
+    const Value& v = g_.value(id);
+    if (!v.is_constant()) fail(ErrorKind::kInternal, "halide: value '{}' not lowered", v.name);
+    if (v.constant.numel() == 1) {
+      Val s;
+      s.scalar = Expr(v.constant.data<float>()[0]);
+      s.shape = v.shape;
+      return vals_[id] = s;
+    }
+    return vals_[id] = param(-1, v.constant, v.shape, out);
+  }
+
+  static Expr at(const Val& v, const Index& idx) {
+    if (v.scalar.defined()) return v.scalar;
+    return v.f(halide_args(idx));
+  }
+
+  // `v` read at an index of the (numpy-broadcast) shape `out`.
+  static Expr at_broadcast(const Val& v, const Shape& out, const Index& idx) {
+    if (v.scalar.defined()) return v.scalar;
+    Index in;
+    const size_t lead = out.size() - v.shape.size();
+    for (size_t j = 0; j < v.shape.size(); ++j)
+      in.push_back(v.shape[j] == 1 ? Expr(0) : idx[lead + j]);
+    return at(v, in);
+  }
+
+  static bool row_invariant(const Val& v, const Shape& out) {
+    return !out.empty() && out.back() > 1 && (v.shape.empty() || v.shape.back() == 1);
+  }
+
+  Val define(const std::string& name, const Shape& shape,
+             const std::function<Expr(const Index&)>& body) {
+    Val v;
+    v.f = Func(name);
+    std::vector<Var> hv = dim_vars(shape.size());
+    v.f(hv) = body(index_of(hv));
+    v.shape = shape;
+    return v;
+  }
+
+  // Reduces term(input index) over the dims in `mask` of `in_shape`.
+  Val reduce(const std::string& name, const Shape& in_shape, const std::vector<bool>& mask,
+             bool keepdims, Expr init, const std::function<Expr(Expr, Expr)>& combine,
+             const std::function<Expr(const Index&)>& term) {
+    const size_t rank = in_shape.size();
+    std::vector<Halide::Range> ranges;
+    std::vector<int> rpos(rank, -1);
+    for (size_t i = rank; i-- > 0;)
+      if (mask[i]) {
+        rpos[i] = static_cast<int>(ranges.size());
+        ranges.emplace_back(0, static_cast<int>(in_shape[i]));
+      }
+    Shape out_shape;
+    for (size_t i = 0; i < rank; ++i)
+      if (!mask[i])
+        out_shape.push_back(in_shape[i]);
+      else if (keepdims)
+        out_shape.push_back(1);
+    Reduction red;
+    red.f = Func(name);
+    red.in_shape = in_shape;
+    red.mask = mask;
+    red.out_shape = out_shape;
+    std::vector<Var> hv = dim_vars(out_shape.size());
+    Index oidx = index_of(hv);
+    auto input_index = [&](const std::function<Expr(size_t)>& reduced) {
+      Index in(rank);
+      size_t k = 0;
+      for (size_t i = 0; i < rank; ++i) {
+        if (mask[i]) {
+          in[i] = reduced(i);
+          if (keepdims) ++k;
+        } else {
+          in[i] = oidx[k++];
+        }
+      }
+      return in;
+    };
+    if (ranges.empty()) {
+      red.f(hv) = combine(init, term(input_index([](size_t) { return Expr(0); })));
+    } else {
+      Halide::RDom r(ranges);
+      red.rdom = r;
+      red.f(hv) = init;
+      red.f(hv) = combine(red.f(hv), term(input_index([&](size_t i) { return r[rpos[i]]; })));
+    }
+    reductions_.push_back(red);
+    Val v;
+    v.f = red.f;
+    v.shape = out_shape;
+    v.after_reduction = true;
+    return v;
+  }
+
+  void lower_node(const Node& n, Lowered& out) {
+    std::string why = unsupported_reason(g_, n);
+    if (!why.empty()) unsupported(n, "{}", why);
+    const std::string& op = n.op_type;
+    const std::string name = fmt::format("n{}", counter_++);
+    std::vector<const Val*> ins;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      ins.push_back(n.inputs[i] == kNoValue || is_param_input(op, i)
+                        ? nullptr
+                        : &data_value(n.inputs[i], out));
+    bool after = false, reshaped = false;
+    for (const Val* v : ins)
+      if (v) after |= v->after_reduction, reshaped |= v->reshaped_after_reduction;
+    const Shape& oshape = g_.value(n.outputs[0]).shape;
+
+    std::vector<Val> results;
+    if (kUnary.count(op)) {
+      auto fn = unary(n, ins);
+      const Val& x = *ins[0];
+      results.push_back(define(name, oshape, [&](const Index& i) { return fn(at(x, i), i); }));
+    } else if (op == "Div" && row_invariant(*ins[1], oshape)) {
+      // The divisor is constant along the vectorised dim (LayerNorm's std, Softmax's sum):
+      // its reciprocal is hoisted out of the inner loop, leaving one multiply per element.
+      results.push_back(define(name, oshape, [&](const Index& i) {
+        return at_broadcast(*ins[0], oshape, i) * (1.0f / at_broadcast(*ins[1], oshape, i));
+      }));
+    } else if (kBinary.count(op)) {
+      results.push_back(define(name, oshape, [&](const Index& i) {
+        std::vector<Expr> a;
+        for (const Val* v : ins) a.push_back(at_broadcast(*v, oshape, i));
+        return binary(n, a);
+      }));
+    } else if (kReduce.count(op)) {
+      results.push_back(lower_reduce(n, *ins[0], name));
+    } else if (kSoftmax.count(op)) {
+      results.push_back(lower_softmax(n, *ins[0], name));
+    } else {
+      lower_layout(n, ins, name, results);
+    }
+    for (size_t k = 0; k < results.size(); ++k) {
+      Val& v = results[k];
+      v.after_reduction |= after;
+      v.reshaped_after_reduction |=
+          reshaped || (after && (kReshape.count(op) || kLayout.count(op)));
+      if (n.outputs[k] != kNoValue) vals_[n.outputs[k]] = v;
+    }
+  }
+
+  // f(x, index) for a unary op; Clip reads its (scalar) bounds through the index.
+  std::function<Expr(Expr, const Index&)> unary(const Node& n, const std::vector<const Val*>& ins) {
+    const std::string& op = n.op_type;
+    auto f = [](std::function<Expr(Expr)> g) { return [g](Expr x, const Index&) { return g(x); }; };
+    if (op == "Relu") return f([](Expr x) { return Halide::max(x, 0.0f); });
+    if (op == "LeakyRelu") {
+      float a = n.attr_float("alpha", 0.01f);
+      return f([a](Expr x) { return Halide::select(x < 0.0f, a * x, x); });
+    }
+    if (op == "Elu") {
+      float a = n.attr_float("alpha", 1.0f);
+      return f([a](Expr x) { return Halide::select(x < 0.0f, a * (exp_f32(x) - 1.0f), x); });
+    }
+    if (op == "Selu") {
+      float a = n.attr_float("alpha", 1.67326319217681884765625f);
+      float gm = n.attr_float("gamma", 1.05070102214813232421875f);
+      return f(
+          [a, gm](Expr x) { return gm * Halide::select(x > 0.0f, x, a * (exp_f32(x) - 1.0f)); });
+    }
+    if (op == "Celu") {
+      float a = n.attr_float("alpha", 1.0f);
+      return f([a](Expr x) { return Halide::select(x > 0.0f, x, a * (exp_f32(x / a) - 1.0f)); });
+    }
+    if (op == "Sigmoid") return f(sigmoid_f32);
+    if (op == "HardSigmoid") {
+      float a = n.attr_float("alpha", 0.2f), b = n.attr_float("beta", 0.5f);
+      return f([a, b](Expr x) { return Halide::clamp(a * x + b, 0.0f, 1.0f); });
+    }
+    if (op == "HardSwish")
+      return f([](Expr x) { return x * Halide::clamp(x / 6.0f + 0.5f, 0.0f, 1.0f); });
+    if (op == "Softplus")
+      return f([](Expr x) {
+        return Halide::select(x > 0.0f, x + Halide::log(1.0f + exp_f32(-x)),
+                              Halide::log(1.0f + exp_f32(x)));
+      });
+    if (op == "Softsign") return f([](Expr x) { return x / (1.0f + Halide::abs(x)); });
+    if (op == "Tanh") return f(tanh_f32);
+    if (op == "Erf") return f(erf_f32);
+    if (op == "Exp") return f(exp_f32);
+    if (op == "Log") return f([](Expr x) { return Halide::log(x); });
+    if (op == "Sqrt") return f([](Expr x) { return Halide::sqrt(x); });
+    if (op == "Reciprocal") return f([](Expr x) { return 1.0f / x; });
+    if (op == "Floor") return f([](Expr x) { return Halide::floor(x); });
+    if (op == "Ceil") return f([](Expr x) { return Halide::ceil(x); });
+    if (op == "Round") return f([](Expr x) { return Halide::round(x); });
+    if (op == "Sin") return f([](Expr x) { return Halide::sin(x); });
+    if (op == "Cos") return f([](Expr x) { return Halide::cos(x); });
+    if (op == "Tan") return f([](Expr x) { return Halide::tan(x); });
+    if (op == "Asin") return f([](Expr x) { return Halide::asin(x); });
+    if (op == "Acos") return f([](Expr x) { return Halide::acos(x); });
+    if (op == "Atan") return f([](Expr x) { return Halide::atan(x); });
+    if (op == "Sinh") return f([](Expr x) { return Halide::sinh(x); });
+    if (op == "Cosh") return f([](Expr x) { return Halide::cosh(x); });
+    if (op == "Asinh") return f([](Expr x) { return Halide::asinh(x); });
+    if (op == "Acosh") return f([](Expr x) { return Halide::acosh(x); });
+    if (op == "Atanh") return f([](Expr x) { return Halide::atanh(x); });
+    if (op == "Neg") return f([](Expr x) { return -x; });
+    if (op == "Abs") return f([](Expr x) { return Halide::abs(x); });
+    if (op == "Sign")
+      return f([](Expr x) { return Halide::select(x > 0.0f, 1.0f, x < 0.0f, -1.0f, 0.0f * x); });
+    if (op == "Identity" || op == "Cast") return f([](Expr x) { return x; });
+    if (op == "Clip") {
+      Expr lo_attr = -kInf, hi_attr = kInf;
+      const Val *lo = nullptr, *hi = nullptr;
+      if (g_.opset < 11) {
+        lo_attr = n.attr_float("min", -kInf);
+        hi_attr = n.attr_float("max", kInf);
+      } else {
+        lo = ins.size() > 1 ? ins[1] : nullptr;
+        hi = ins.size() > 2 ? ins[2] : nullptr;
+      }
+      return [=](Expr x, const Index& i) {
+        Expr l = lo ? at(*lo, Index(lo->shape.size(), Expr(0))) : lo_attr;
+        Expr h = hi ? at(*hi, Index(hi->shape.size(), Expr(0))) : hi_attr;
+        // min(max(x, lo), hi), as the reference: hi wins when lo > hi.
+        return Halide::min(Halide::max(x, l), h);
+      };
+    }
+    fail(ErrorKind::kInternal, "halide: no lowering for {}", op);
+  }
+
+  static Expr pow_expr(Expr base, const Val& exponent, Expr e) {
+    if (exponent.scalar.defined()) {
+      const double* k = Halide::Internal::as_const_float(exponent.scalar);
+      if (k) {
+        if (*k == 1.0) return base;
+        if (*k == 2.0) return base * base;
+        if (*k == 3.0) return base * base * base;
+        if (*k == 0.5) return Halide::sqrt(base);
+        if (*k == -1.0) return 1.0f / base;
+      }
+    }
+    return Halide::pow(base, e);
+  }
+
+  Expr binary(const Node& n, const std::vector<Expr>& a) {
+    const std::string& op = n.op_type;
+    if (op == "Add") return a[0] + a[1];
+    if (op == "Sub") return a[0] - a[1];
+    if (op == "Mul") return a[0] * a[1];
+    if (op == "Div") return a[0] / a[1];
+    if (op == "Pow") return pow_expr(a[0], vals_.at(n.inputs[1]), a[1]);
+    if (op == "PRelu") return Halide::select(a[0] < 0.0f, a[1] * a[0], a[0]);
+    Expr acc = a[0];
+    for (size_t k = 1; k < a.size(); ++k) {
+      if (op == "Max")
+        acc = Halide::max(acc, a[k]);
+      else if (op == "Min")
+        acc = Halide::min(acc, a[k]);
+      else
+        acc = acc + a[k];
+    }
+    if (op == "Mean") acc = acc / static_cast<float>(a.size());
+    return acc;
+  }
+
+  Val lower_reduce(const Node& n, const Val& x, const std::string& name) {
+    const std::string& op = n.op_type;
+    const size_t rank = x.shape.size();
+    std::vector<int64_t> axes =
+        n.input(1) != kNoValue ? int_values(g_, n.input(1)) : n.attr_ints("axes");
+    std::vector<bool> mask(rank, false);
+    if (axes.empty()) {
+      if (n.attr_int("noop_with_empty_axes", 0) == 0) mask.assign(rank, true);
+    } else {
+      for (int64_t a : axes) mask[a < 0 ? a + static_cast<int64_t>(rank) : a] = true;
+    }
+    const bool keep = n.attr_int("keepdims", 1) != 0;
+    int64_t count = 1;
+    for (size_t i = 0; i < rank; ++i)
+      if (mask[i]) count *= x.shape[i];
+    auto add = [](Expr a, Expr b) { return a + b; };
+    auto term = [&](std::function<Expr(Expr)> f) {
+      return [&x, f](const Index& i) { return f(at(x, i)); };
+    };
+    auto id = [](Expr v) { return v; };
+    auto post = [&](Val r, std::function<Expr(Expr)> f) {
+      Val p = define(name + "_post", r.shape, [&](const Index& i) { return f(at(r, i)); });
+      p.after_reduction = true;
+      return p;
+    };
+    if (op == "ReduceSum") return reduce(name, x.shape, mask, keep, 0.0f, add, term(id));
+    if (op == "ReduceMean") {
+      return post(reduce(name, x.shape, mask, keep, 0.0f, add, term(id)),
+                  [count](Expr s) { return s / static_cast<float>(count); });
+    }
+    if (op == "ReduceSumSquare" || op == "ReduceL2") {
+      Val r = reduce(name, x.shape, mask, keep, 0.0f, add, term([](Expr v) { return v * v; }));
+      return op == "ReduceL2" ? post(r, [](Expr s) { return Halide::sqrt(s); }) : r;
+    }
+    if (op == "ReduceL1")
+      return reduce(name, x.shape, mask, keep, 0.0f, add,
+                    term([](Expr v) { return Halide::abs(v); }));
+    if (op == "ReduceLogSum")
+      return post(reduce(name, x.shape, mask, keep, 0.0f, add, term(id)),
+                  [](Expr s) { return Halide::log(s); });
+    if (op == "ReduceProd")
+      return reduce(
+          name, x.shape, mask, keep, 1.0f, [](Expr a, Expr b) { return a * b; }, term(id));
+    auto mx = [](Expr a, Expr b) { return Halide::max(a, b); };
+    if (op == "ReduceMax") return reduce(name, x.shape, mask, keep, -kInf, mx, term(id));
+    if (op == "ReduceMin")
+      return reduce(
+          name, x.shape, mask, keep, kInf, [](Expr a, Expr b) { return Halide::min(a, b); },
+          term(id));
+    // ReduceLogSumExp: shift by the max (kept dims) so exp cannot overflow.
+    Val m = reduce(name + "_max", x.shape, mask, true, -kInf, mx, term(id));
+    Val s = reduce(name, x.shape, mask, keep, 0.0f, add,
+                   [&](const Index& i) { return exp_f32(at(x, i) - at_broadcast(m, x.shape, i)); });
+    Val mk = m;
+    return define(name + "_post", s.shape, [&](const Index& i) {
+      // m has every input dim (size 1 where reduced); map s's index onto it.
+      Index mi;
+      size_t k = 0;
+      for (size_t d = 0; d < rank; ++d) {
+        if (mask[d]) {
+          mi.push_back(0);
+          if (keep) ++k;
+        } else {
+          mi.push_back(i[k++]);
+        }
+      }
+      Expr mv = at(mk, mi);
+      return Halide::log(at(s, i)) + mv;
+    });
+  }
+
+  Val lower_softmax(const Node& n, const Val& x, const std::string& name) {
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    const bool coerce_2d = g_.opset < 13;
+    int64_t axis = n.attr_int("axis", coerce_2d ? 1 : -1);
+    if (axis < 0) axis += rank;
+    std::vector<bool> mask(rank, false);
+    for (int64_t d = axis; d < (coerce_2d ? rank : axis + 1); ++d) mask[d] = true;
+    const Shape& shape = x.shape;
+    Val m = reduce(
+        name + "_max", shape, mask, true, -kInf, [](Expr a, Expr b) { return Halide::max(a, b); },
+        [&](const Index& i) { return at(x, i); });
+    Val e = define(name + "_exp", shape,
+                   [&](const Index& i) { return exp_f32(at(x, i) - at_broadcast(m, shape, i)); });
+    Val s = reduce(
+        name + "_sum", shape, mask, true, 0.0f, [](Expr a, Expr b) { return a + b; },
+        [&](const Index& i) { return at(e, i); });
+    reductions_.back().producers.push_back({e.f, shape});
+    Val out;
+    if (n.op_type == "Softmax") {
+      out = define(name, shape,
+                   [&](const Index& i) { return at(e, i) * (1.0f / at_broadcast(s, shape, i)); });
+    } else {
+      out = define(name, shape, [&](const Index& i) {
+        return (at(x, i) - at_broadcast(m, shape, i)) - Halide::log(at_broadcast(s, shape, i));
+      });
+    }
+    out.after_reduction = true;
+    return out;
+  }
+
+  void lower_layout(const Node& n, const std::vector<const Val*>& ins, const std::string& name,
+                    std::vector<Val>& results) {
+    const std::string& op = n.op_type;
+    const Val& x = *ins[0];
+    const Shape& in = x.shape;
+    const Shape& out = g_.value(n.outputs[0]).shape;
+    if (kReshape.count(op)) {
+      results.push_back(
+          define(name, out, [&](const Index& i) { return reshape_index(x, out, i); }));
+    } else if (op == "Transpose") {
+      std::vector<int64_t> perm = n.attr_ints("perm");
+      if (perm.empty())
+        for (size_t d = 0; d < in.size(); ++d)
+          perm.push_back(static_cast<int64_t>(in.size() - 1 - d));
+      results.push_back(define(name, out, [&](const Index& i) {
+        Index src(in.size());
+        for (size_t d = 0; d < perm.size(); ++d) src[perm[d]] = i[d];
+        return at(x, src);
+      }));
+    } else if (op == "Expand") {
+      results.push_back(define(name, out, [&](const Index& i) { return at_broadcast(x, out, i); }));
+    } else if (op == "Tile") {
+      results.push_back(define(name, out, [&](const Index& i) {
+        Index src;
+        for (size_t d = 0; d < in.size(); ++d)
+          src.push_back(in[d] == 1        ? Expr(0)
+                        : in[d] == out[d] ? i[d]
+                                          : i[d] % static_cast<int>(in[d]));
+        return at(x, src);
+      }));
+    } else if (op == "Slice") {
+      std::vector<int64_t> start, step;
+      slice_spec(n, in, out, &start, &step);
+      results.push_back(define(name, out, [&](const Index& i) {
+        Index src;
+        for (size_t d = 0; d < in.size(); ++d)
+          src.push_back(static_cast<int>(start[d]) + i[d] * static_cast<int>(step[d]));
+        return at(x, src);
+      }));
+    } else if (op == "Concat") {
+      int64_t axis = n.attr_int("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(out.size());
+      results.push_back(define(name, out, [&](const Index& i) {
+        // Every branch of a vector select is evaluated: clamp each piece's index in range.
+        Expr result;
+        int64_t begin = 0;
+        for (const Val* in : ins) {
+          const int64_t size = in->shape[axis];
+          Index src = i;
+          src[axis] =
+              Halide::clamp(i[axis] - static_cast<int>(begin), 0, static_cast<int>(size) - 1);
+          Expr piece = at(*in, src);
+          // Later pieces win from their first index on.
+          result = result.defined()
+                       ? Halide::select(i[axis] >= static_cast<int>(begin), piece, result)
+                       : piece;
+          begin += size;
+        }
+        return result;
+      }));
+    } else if (op == "Split") {
+      int64_t axis = n.attr_int("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(in.size());
+      int64_t offset = 0;
+      for (size_t k = 0; k < n.outputs.size(); ++k) {
+        const Shape& piece = g_.value(n.outputs[k]).shape;
+        const int64_t begin = offset;
+        offset += piece[axis];
+        results.push_back(define(fmt::format("{}_{}", name, k), piece, [&](const Index& i) {
+          Index src = i;
+          src[axis] = i[axis] + static_cast<int>(begin);
+          return at(x, src);
+        }));
+      }
+    } else {
+      fail(ErrorKind::kInternal, "halide: no lowering for {}", op);
+    }
+  }
+
+  // Same elements, another shape: the row-major flat index is preserved. Trailing dims
+  // the two shapes share map straight through; only the rest needs division.
+  static Expr reshape_index(const Val& x, const Shape& out, const Index& i) {
+    const Shape& in = x.shape;
+    size_t common = 0;
+    while (common < in.size() && common < out.size() &&
+           in[in.size() - 1 - common] == out[out.size() - 1 - common])
+      ++common;
+    const size_t in_lead = in.size() - common, out_lead = out.size() - common;
+    Index src(in.size());
+    for (size_t c = 0; c < common; ++c) src[in_lead + c] = i[out_lead + c];
+    Expr flat = 0;
+    int64_t stride = 1;
+    for (size_t d = out_lead; d-- > 0;) {
+      if (out[d] != 1) flat = flat + i[d] * static_cast<int>(stride);
+      stride *= out[d];
+    }
+    stride = 1;
+    for (size_t d = in_lead; d-- > 0;) {
+      src[d] = in[d] == 1 ? Expr(0) : (flat / static_cast<int>(stride)) % static_cast<int>(in[d]);
+      stride *= in[d];
+    }
+    return at(x, src);
+  }
+
+  // The reference's slice rule: per input dim, first element and step.
+  void slice_spec(const Node& n, const Shape& in, const Shape& out, std::vector<int64_t>* start,
+                  std::vector<int64_t>* step) {
+    auto param = [&](size_t input, const char* attr) -> std::vector<int64_t> {
+      if (g_.opset < 10 || n.input(1) == kNoValue) return n.attr_ints(attr);
+      if (n.input(input) == kNoValue) return {};
+      return int_values(g_, n.input(input));
+    };
+    std::vector<int64_t> starts = param(1, "starts"), axes = param(3, "axes"),
+                         steps = param(4, "steps");
+    if (axes.empty())
+      for (size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<int64_t>(k));
+    if (steps.empty()) steps.assign(starts.size(), 1);
+    const int64_t rank = static_cast<int64_t>(in.size());
+    start->assign(rank, 0);
+    step->assign(rank, 1);
+    for (size_t k = 0; k < starts.size(); ++k) {
+      int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
+      int64_t d = in[a], s = steps[k];
+      int64_t b = starts[k] < 0 ? starts[k] + d : starts[k];
+      b = s > 0 ? std::clamp<int64_t>(b, 0, d) : std::clamp<int64_t>(b, 0, d - 1);
+      (*start)[a] = out[a] ? b : 0;
+      (*step)[a] = s;
+    }
+  }
+
+  // ------------------------------------------------------------------------ schedule
+
+  struct Loops {
+    bool has_rows = false;
+    Var rows;
+  };
+
+  // Vectorises the innermost dim and spreads rows (all outer dims fused) over threads.
+  static Loops schedule_pointwise(Func f, const Shape& shape) {
+    Loops loops;
+    const size_t rank = shape.size();
+    if (rank == 0) return loops;
+    std::vector<Var> hv = dim_vars(rank);
+    const int64_t inner = shape[rank - 1];
+    int64_t total = 1;
+    for (int64_t d : shape) total *= d;
+    const int width = inner >= 16 ? 16 : inner >= 8 ? 8 : inner >= 4 ? 4 : 1;
+    if (rank == 1) {
+      if (total >= 2 * kParallelMin) {
+        Var xo("xo"), xi("xi");
+        f.split(hv[0], xo, xi, static_cast<int>(kTaskElems)).parallel(xo).vectorize(xi, 16);
+      } else if (width > 1) {
+        f.vectorize(hv[0], width);
+      }
+      return loops;
+    }
+    Var rows = hv[1];
+    for (size_t k = 2; k < rank; ++k) {
+      Var fused("r" + std::to_string(k));
+      f.fuse(rows, hv[k], fused);
+      rows = fused;
+    }
+    if (width > 1) f.vectorize(hv[0], width);
+    const int64_t nrows = total / inner;
+    loops.has_rows = true;
+    loops.rows = rows;
+    if (nrows >= 2 && total >= kParallelMin) {
+      int64_t task = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(inner, 1));
+      task = std::min(task, (nrows + 1) / 2);
+      Var ro("ro"), ri("ri");
+      f.split(rows, ro, ri, static_cast<int>(task)).parallel(ro);
+      loops.rows = ri;
+    }
+    return loops;
+  }
+
+  // Reduction over its innermost input dim: up to 64 partial sums (four 16-float vectors,
+  // so four independent add chains hide the add latency), folded once at the end.
+  static void vectorize_inner_reduction(Reduction& red) {
+    const int64_t n = red.in_shape.back();
+    int lanes = 0;
+    for (int l : {64, 32, 16, 8})
+      if (n % l == 0 && n >= 2 * l) {
+        lanes = l;
+        break;
+      }
+    if (lanes == 0) return;
+    Halide::RVar ro("ro_r"), ri("ri_r");
+    Var u("u");
+    red.f.update().split((*red.rdom)[0], ro, ri, lanes);
+    Func partial = red.f.update().rfactor(ri, u);
+    std::vector<Var> hv = dim_vars(red.out_shape.size());
+    if (hv.empty())
+      partial.compute_at(red.f, Var::outermost());
+    else
+      partial.compute_at(red.f, hv[0]);
+    const int width = std::min(lanes, 16);
+    partial.vectorize(u, width);
+    partial.update().vectorize(u, width);
+    if (lanes > width) partial.update().unroll(u);
+    // The final fold of the lanes as vector adds + one horizontal reduction: a scalar fold
+    // of 64 lanes is a 64-add dependency chain per row.
+    red.f.update().atomic().vectorize(ri, width);
+  }
+
+  void schedule(std::vector<Func>& outputs, const std::vector<const Val*>& vals) {
+    std::vector<Loops> loops;
+    for (size_t k = 0; k < outputs.size(); ++k)
+      loops.push_back(schedule_pointwise(outputs[k], vals[k]->shape));
+    for (Reduction& red : reductions_) {
+      const size_t rank = red.in_shape.size();
+      const bool inner_reduced = rank > 0 && red.mask[rank - 1];
+      // Row-wise (LayerNorm, Softmax over the last axis): computed per output row, where
+      // the row is still in L1, when the output rows are exactly the reduction's rows.
+      bool only_inner = inner_reduced;
+      for (size_t d = 0; d + 1 < rank; ++d) only_inner &= !red.mask[d];
+      const bool rowwise = outputs.size() == 1 && loops[0].has_rows && only_inner &&
+                           !vals[0]->reshaped_after_reduction && vals[0]->shape == red.in_shape;
+      if (red.rdom && inner_reduced) vectorize_inner_reduction(red);
+      if (rowwise) {
+        red.f.compute_at(outputs[0], loops[0].rows);
+        for (auto& [p, shape] : red.producers) {
+          p.compute_at(outputs[0], loops[0].rows);
+          const int64_t inner = shape.back();
+          if (inner >= 16) p.vectorize(dim_vars(shape.size())[0], 16);
+        }
+        continue;
+      }
+      red.f.compute_root();
+      for (auto& [p, shape] : red.producers) {
+        p.compute_root();
+        schedule_pointwise(p, shape);
+      }
+      const size_t out_rank = red.out_shape.size();
+      if (out_rank == 0) continue;
+      std::vector<Var> hv = dim_vars(out_rank);
+      int64_t in_total = 1;
+      for (int64_t d : red.in_shape) in_total *= d;
+      const int64_t inner = red.out_shape.back();
+      const bool vec_inner = !inner_reduced && inner >= 8;
+      // The outermost kept dim with room to split, not the one the vectors take.
+      int par = -1;
+      for (size_t d = 0; d < out_rank && par < 0; ++d)
+        if (red.out_shape[d] >= 2) par = static_cast<int>(d);
+      if (vec_inner && par == static_cast<int>(out_rank) - 1) par = -1;
+      if (par >= 0 && in_total >= kParallelMin) {
+        const Var& v = hv[out_rank - 1 - par];
+        red.f.parallel(v);
+        if (red.rdom) red.f.update().parallel(v);
+      }
+      if (vec_inner) {
+        const int w = inner >= 16 ? 16 : 8;
+        // RoundUp (the default for update stages) would read the input past its end.
+        red.f.vectorize(hv[0], w, Halide::TailStrategy::GuardWithIf);
+        if (red.rdom) red.f.update().vectorize(hv[0], w, Halide::TailStrategy::GuardWithIf);
+      }
+    }
+  }
+
+  const Graph& g_;
+  std::map<ValueId, Val> vals_;
+  std::vector<Reduction> reductions_;
+  int counter_ = 0;
+};
+
+void describe_attr(std::string& s, const Attribute& a) {
+  switch (a.type) {
+    case Attribute::Type::kFloat:
+      s += fmt::format("f{:a}", a.f);
+      break;
+    case Attribute::Type::kInt:
+      s += fmt::format("i{}", a.i);
+      break;
+    case Attribute::Type::kString:
+      s += fmt::format("s{}:{}", a.s.size(), a.s);
+      break;
+    case Attribute::Type::kFloats:
+      s += "F";
+      for (float f : a.floats) s += fmt::format("{:a},", f);
+      break;
+    case Attribute::Type::kInts:
+      s += fmt::format("I{}", fmt::join(a.ints, ","));
+      break;
+    default:
+      s += "?";  // tensors/strings lists: no supported op reads them
+  }
+}
+
+}  // namespace
+
+std::string unsupported_reason(const Graph& g, const Node& n) {
+  if (!n.domain.empty()) return "domain " + n.domain;
+  const std::string& op = n.op_type;
+  if (!kUnary.count(op) && !kBinary.count(op) && !kReduce.count(op) && !kSoftmax.count(op) &&
+      !kReshape.count(op) && !kLayout.count(op))
+    return "op not lowered";
+  for (ValueId v : n.outputs) {
+    if (v == kNoValue) continue;
+    const Value& val = g.value(v);
+    if (val.dtype != DType::kFloat32) return "output is not float32";
+    if (!val.shape_known) return "unknown shape";
+    if (val.shape.size() > 16) return "rank > 16";
+    int64_t numel = 1;
+    for (int64_t d : val.shape) numel *= d;
+    if (numel == 0) return "empty tensor";
+    if (numel >= (int64_t{1} << 31)) return "tensor over 2^31 elements";
+  }
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    ValueId v = n.inputs[i];
+    if (v == kNoValue) continue;
+    const Value& val = g.value(v);
+    if (needs_constant(op, i) && !val.is_constant()) return "shape/axes input is not constant";
+    if (is_param_input(op, i)) continue;
+    if (val.dtype != DType::kFloat32) return "input is not float32";
+    if (val.shape.size() > 16) return "rank > 16";
+    int64_t numel = 1;
+    for (int64_t d : val.shape) numel *= d;
+    if (numel == 0) return "empty tensor";
+  }
+  if (n.has_attr("broadcast") || ((kBinary.count(op)) && g.opset < 7)) return "legacy broadcasting";
+  if (op == "Cast" && g.value(n.inputs[0]).dtype != DType::kFloat32) return "cast from non-float";
+  if (kReduce.count(op)) return reduce_axes_reason(g, n);
+  if (op == "Split" && std::count(n.outputs.begin(), n.outputs.end(), kNoValue) > 0)
+    return "omitted outputs";
+  return "";
+}
+
+Lowered lower(const Graph& subgraph) {
+  try {
+    return Lowerer(subgraph).run();
+  } catch (const Halide::Error& e) {
+    fail(ErrorKind::kUnsupported, "halide: lowering failed: {}", e.what());
+  }
+}
+
+std::string describe(const Graph& g) {
+  std::map<ValueId, int> local;
+  auto ref = [&](ValueId v) -> std::string {
+    if (v == kNoValue) return "_";
+    auto it = local.find(v);
+    if (it != local.end()) return fmt::format("%{}", it->second);
+    const int id = static_cast<int>(local.size());
+    local[v] = id;
+    const Value& val = g.value(v);
+    std::string s = fmt::format("%{}:{}[{}]", id, dtype_name(val.dtype), fmt::join(val.shape, "x"));
+    if (val.is_constant()) {
+      const Tensor& t = val.constant;
+      if (t.dtype() == DType::kFloat32 && t.numel() > 1) {
+        s += "=buf";
+      } else {
+        s += "=";
+        for (int64_t k = 0; k < t.numel(); ++k) s += fmt::format("{:a},", t.get_as_double(k));
+      }
+    }
+    return s;
+  };
+  std::string s = fmt::format("opset {}\n", g.opset);
+  for (ValueId v : g.inputs) s += "in " + ref(v) + "\n";
+  for (const Node& n : g.nodes()) {
+    s += n.op_type + "(";
+    for (ValueId v : n.inputs) s += ref(v) + " ";
+    s += ") {";
+    for (const auto& [key, a] : n.attrs) {
+      s += key + "=";
+      describe_attr(s, a);
+      s += ";";
+    }
+    s += "} ->";
+    for (ValueId v : n.outputs) s += " " + ref(v);
+    s += "\n";
+  }
+  s += "out";
+  for (ValueId v : g.outputs) s += " " + ref(v);
+  return s + "\n";
+}
+
+}  // namespace collage::halide_backend

@@ -1,0 +1,61 @@
+// A deliberately broken backend plugin: each backend takes Relu and its kernel fails one
+// way (segfault, abort, hang, throw) when run. `collage tune` must survive all of them.
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "collage/backend.h"
+
+namespace {
+
+enum class Failure { kSegv, kAbort, kHang, kThrow };
+
+class BrokenKernel : public collage::Kernel {
+ public:
+  explicit BrokenKernel(Failure f) : failure_(f) {}
+  void run(std::span<const collage::Tensor>, std::span<const collage::Tensor>) override {
+    switch (failure_) {
+      case Failure::kSegv:
+        std::raise(SIGSEGV);
+        break;
+      case Failure::kAbort:
+        std::abort();
+      case Failure::kHang:
+        while (true) pause();
+      case Failure::kThrow:
+        throw std::runtime_error("broken-throw kernel refuses to run");
+    }
+  }
+
+ private:
+  Failure failure_;
+};
+
+class BrokenBackend : public collage::Backend {
+ public:
+  BrokenBackend(std::string name, Failure f) : name_(std::move(name)), failure_(f) {}
+  std::string name() const override { return name_; }
+  std::string version() const override { return "1.0"; }
+  std::vector<collage::PatternEntry> patterns() const override {
+    return {{"relu", collage::op("Relu"), {}}};
+  }
+  std::unique_ptr<collage::Kernel> compile(const collage::Graph&) override {
+    return std::make_unique<BrokenKernel>(failure_);
+  }
+
+ private:
+  std::string name_;
+  Failure failure_;
+};
+
+}  // namespace
+
+extern "C" void collage_register_backends(collage::BackendRegistry* registry) {
+  if (registry->abi_version() != collage::BackendRegistry::kAbiVersion) return;
+  registry->add(std::make_shared<BrokenBackend>("broken-segv", Failure::kSegv));
+  registry->add(std::make_shared<BrokenBackend>("broken-abort", Failure::kAbort));
+  registry->add(std::make_shared<BrokenBackend>("broken-hang", Failure::kHang));
+  registry->add(std::make_shared<BrokenBackend>("broken-throw", Failure::kThrow));
+}

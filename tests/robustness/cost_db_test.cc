@@ -1,0 +1,120 @@
+// The cost database under abuse: two tuners writing one file at once, and files that are
+// not (or no longer) ours. Complements tests/unit/search_test.cc (persistence, garbage file).
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "model_builder.h"
+#include "search/cost_db.h"
+
+namespace collage::robustness {
+namespace {
+
+namespace fs = std::filesystem;
+
+void sql(const std::string& path, const std::string& statements) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* err = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, statements.c_str(), nullptr, nullptr, &err), SQLITE_OK)
+      << (err ? err : "");
+  sqlite3_free(err);
+  sqlite3_close(db);
+}
+
+TEST(CostDbAbuse, ForeignDatabaseIsMovedAside) {
+  TempDir dir;
+  std::string path = dir.file("costs.db");
+  sql(path, "CREATE TABLE users (name TEXT); INSERT INTO users VALUES ('alice');");
+  CostDb db(path);
+  ASSERT_FALSE(db.moved_aside_to().empty());
+  EXPECT_TRUE(fs::exists(db.moved_aside_to()));
+  db.put("k", "b", "hw", "t", CostRecord{2.0, true, ""});
+  EXPECT_EQ(db.size(), 1);
+}
+
+TEST(CostDbAbuse, SameVersionButForeignCostsTable) {
+  // Our schema version, but a `costs` table of other columns: must not fail at first write.
+  TempDir dir;
+  std::string path = dir.file("costs.db");
+  sql(path, "CREATE TABLE costs (id INTEGER); PRAGMA user_version = 1;");
+  CostDb db(path);
+  EXPECT_FALSE(db.moved_aside_to().empty());
+  db.put("k", "b", "hw", "t", CostRecord{2.0, true, ""});
+  EXPECT_TRUE(db.find("k"));
+}
+
+TEST(CostDbAbuse, NewerSchemaIsMovedAside) {
+  TempDir dir;
+  std::string path = dir.file("costs.db");
+  sql(path, "CREATE TABLE costs (x); PRAGMA user_version = 99;");
+  CostDb db(path);
+  EXPECT_FALSE(db.moved_aside_to().empty());
+  db.put("k", "b", "hw", "t", CostRecord{2.0, true, ""});
+  EXPECT_EQ(db.size(), 1);
+}
+
+TEST(CostDbAbuse, TruncatedDatabaseIsMovedAside) {
+  TempDir dir;
+  std::string path = dir.file("costs.db");
+  {
+    CostDb db(path);
+    for (int i = 0; i < 200; ++i)
+      db.put("k" + std::to_string(i), "b", "hw", std::string(200, 'x'), CostRecord{1, true, ""});
+  }
+  fs::resize_file(path, fs::file_size(path) / 2);
+  CostDb db(path);
+  EXPECT_FALSE(db.moved_aside_to().empty());
+  EXPECT_EQ(db.size(), 0);
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(CostDbAbuse, TwoConcurrentTunersShareOneDatabase) {
+  TempDir dir;
+  ModelBuilder b;
+  b.input("x", kFloat, {8, 16});
+  b.node("Relu", {"x"}, {"a"}, "r1");
+  b.node("Sigmoid", {"a"}, {"c"}, "s1");
+  b.node("Add", {"a", "c"}, {"y"}, "add");
+  b.output("y", kFloat, {8, 16});
+  std::string model = dir.write("m.onnx", b.bytes());
+  std::string db = dir.file("costs.db");
+  auto tune = [&](int i) {
+    return std::string(COLLAGE_CLI) + " tune " + model + " -o " +
+           dir.file("p" + std::to_string(i)) + " --cost-db " + db +
+           " --optimizer op-level --threads 1 >" + dir.file("out" + std::to_string(i)) + " 2>&1";
+  };
+  // Both at once; each one's exit status separately.
+  std::string script = tune(1) + " & p1=$!; " + tune(2) + " & p2=$!; wait $p1; a=$?; wait $p2; " +
+                       "b=$?; exit $((a * 16 + b))";
+  int raw = std::system(("bash -c '" + script + "'").c_str());
+  ASSERT_TRUE(WIFEXITED(raw));
+  EXPECT_EQ(WEXITSTATUS(raw), 0) << read(dir.file("out1")) << read(dir.file("out2"));
+  std::smatch m;
+  std::string out1 = read(dir.file("out1"));
+  ASSERT_TRUE(std::regex_search(out1, m, std::regex("(\\d+) candidates"))) << out1;
+  int candidates = std::stoi(m[1]);
+  // One row per distinct (subgraph, backend): whoever measured first, nothing twice or lost.
+  CostDb costs(db);
+  EXPECT_TRUE(costs.moved_aside_to().empty());
+  EXPECT_GT(costs.size(), 0);
+  EXPECT_LE(costs.size(), candidates);
+  // A third run finds everything measured.
+  int third = std::system(tune(3).c_str());
+  EXPECT_EQ(third, 0);
+  EXPECT_NE(read(dir.file("out3")).find("(0 measured"), std::string::npos)
+      << read(dir.file("out3"));
+}
+
+}  // namespace
+}  // namespace collage::robustness

@@ -1,0 +1,106 @@
+// `collage tune` with a plugin whose kernels segfault, abort, hang or throw: candidates are
+// measured in a worker process, so tuning completes, the broken candidates cost +inf with
+// the reason, and the plan uses none of them.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "model_builder.h"
+
+namespace collage::robustness {
+namespace {
+
+struct CliRun {
+  int status = -1;
+  std::string out;
+};
+
+CliRun run(const std::string& args, const TempDir& dir) {
+  std::string out = dir.file("out.txt");
+  std::string cmd = std::string(COLLAGE_CLI) + " --backend-plugin " + BROKEN_PLUGIN + " " + args +
+                    " >" + out + " 2>&1";
+  int raw = std::system(cmd.c_str());
+  CliRun r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  std::ifstream in(out);
+  std::stringstream s;
+  s << in.rdbuf();
+  r.out = s.str();
+  return r;
+}
+
+std::string relu_chain(const TempDir& dir) {
+  ModelBuilder b;
+  b.input("x");
+  b.node("Relu", {"x"}, {"a"}, "r1");
+  b.node("Relu", {"a"}, {"y"}, "r2");
+  b.output("y");
+  return dir.write("m.onnx", b.bytes());
+}
+
+TEST(Isolation, TuningSurvivesCrashingKernels) {
+  TempDir dir;
+  std::string model = relu_chain(dir);
+  std::string plan = dir.file("PLAN.json");
+  auto t0 = std::chrono::steady_clock::now();
+  CliRun r = run("tune " + model + " -o " + plan + " --cost-db " + dir.file("costs.db") +
+                     " --backends reference,broken-segv,broken-abort,broken-hang,broken-throw"
+                     " --budget 1 --isolate-timeout 2 -v",
+                 dir);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("crashed: SIGSEGV"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("crashed: SIGABRT"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("timed out after 2 s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("broken-throw kernel refuses to run"), std::string::npos) << r.out;
+  // The hang costs its timeout once (r2 has r1's shape: a cost-database hit), not forever.
+  EXPECT_LT(seconds, 60) << r.out;
+
+  std::ifstream in(plan);
+  nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_FALSE(j["groups"].empty());
+  for (const auto& g : j["groups"]) EXPECT_EQ(g["backend"], "reference") << j.dump();
+
+  CliRun ran = run("run " + model + " --plan " + plan, dir);
+  EXPECT_EQ(ran.status, 0) << ran.out;
+
+  // The failures are in the cost database: a second run measures nothing and never hangs.
+  CliRun again = run("tune " + model + " -o " + plan + " --cost-db " + dir.file("costs.db") +
+                         " --backends reference,broken-segv,broken-abort,broken-hang,broken-throw"
+                         " --budget 1 --isolate-timeout 2",
+                     dir);
+  EXPECT_EQ(again.status, 0) << again.out;
+  EXPECT_NE(again.out.find("(0 measured"), std::string::npos) << again.out;
+}
+
+TEST(Isolation, NoIsolateStillCatchesExceptions) {
+  TempDir dir;
+  std::string model = relu_chain(dir);
+  CliRun r =
+      run("tune " + model + " -o " + dir.file("PLAN.json") + " --cost-db " + dir.file("costs.db") +
+              " --backends reference,broken-throw --budget 1 "
+              "--no-isolate -v",
+          dir);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("broken-throw kernel refuses to run"), std::string::npos) << r.out;
+}
+
+TEST(Isolation, NoIsolateCrashesOnSegfault) {
+  // The control experiment: without the worker the segfault takes the tuner down, which is
+  // what the isolation above prevents.
+  TempDir dir;
+  std::string model = relu_chain(dir);
+  CliRun r =
+      run("tune " + model + " -o " + dir.file("PLAN.json") + " --cost-db " + dir.file("costs.db") +
+              " --backends reference,broken-segv --budget 1 "
+              "--no-isolate",
+          dir);
+  EXPECT_EQ(r.status, 128 + SIGSEGV) << r.out;
+}
+
+}  // namespace
+}  // namespace collage::robustness
