@@ -31,8 +31,10 @@ void print_result(const TuneResult& r) {
       r.seconds, r.candidates, r.measured, r.cache_hits, r.failed, r.step_overhead_ms * 1000,
       r.cost_db_path);
   if (r.genomes_evaluated)
-    fmt::print("graph-level search: {} generations, {} plans measured\n", r.generations,
-               r.genomes_evaluated);
+    fmt::print(
+        "graph-level search: {} generations, {} plans evaluated (timed, or known from the cost "
+        "DB)\n",
+        r.generations, r.genomes_evaluated);
   fmt::print("\nplacement of the winning plan ({}):\n", r.winner);
   fmt::print("  {:<16} {:>6} {:>12} {:>8}\n", "backend", "nodes", "cost ms", "share");
   double total = 0;

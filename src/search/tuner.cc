@@ -250,15 +250,31 @@ class Tuner {
     auto decode = [&](const Genome& genome) {
       return decode_genome(op_groups, graph_level, genome);
     };
+    // A plan's measured latency is stored in the cost DB like a kernel's, keyed by the model,
+    // the placement and the backends' versions: re-tuning with a warm DB re-times nothing.
     auto fitness = [&](const Genome& genome) -> double {
+      std::vector<Group> groups;
       try {
-        std::vector<Group> groups = decode(genome);
-        std::unique_ptr<Executor> e = executor_for(complete(groups));
-        return time_side_by_side({e.get()}, 5)[0];
+        groups = complete(decode(genome));
       } catch (const Error& e) {
         spdlog::debug("genome rejected: {}", e.what());
         return std::numeric_limits<double>::infinity();
       }
+      const std::string text = placement_text(groups);
+      const std::string key = CostDb::make_key(text, "plan", "", hardware_.fingerprint());
+      if (std::optional<CostRecord> hit = db_.find(key)) return hit->milliseconds;
+      CostRecord record;
+      try {
+        std::unique_ptr<Executor> e = executor_for(groups);
+        record.milliseconds = time_side_by_side({e.get()}, 5)[0];
+      } catch (const Error& e) {
+        spdlog::debug("genome rejected: {}", e.what());
+        record.ok = false;
+        record.reason = e.what();
+        record.milliseconds = std::numeric_limits<double>::infinity();
+      }
+      db_.put(key, "plan", hardware_.fingerprint(), text, record);
+      return record.milliseconds;
     };
     std::vector<Genome> seeds = {Genome(op_groups.size(), 0)};
     for (size_t j = 0; j < graph_level.size(); ++j) {
@@ -281,6 +297,21 @@ class Tuner {
     result_.genomes_evaluated = r.evaluations;
     if (r.best.empty() || !std::isfinite(r.best_fitness)) return op_groups;
     return decode(r.best);
+  }
+
+  // The placement as text: model hash, then each group's backend@version and nodes, sorted.
+  std::string placement_text(const std::vector<Group>& groups) const {
+    std::vector<std::string> parts;
+    for (const Group& g : groups) {
+      std::string part = g.backend->name() + "@" + g.backend->version() + ":";
+      for (NodeId n : g.nodes) part += std::to_string(n) + ",";
+      parts.push_back(std::move(part));
+    }
+    std::sort(parts.begin(), parts.end());
+    std::string text =
+        "plan " + model_hash(graph_) + " threads " + std::to_string(thread_budget()) + "\n";
+    for (const std::string& p : parts) text += p + "\n";
+    return text;
   }
 
   // Neighbouring groups given to the same graph-level backend merge into one region.
