@@ -17,11 +17,14 @@ fi
 echo "== the model (built in: build/collage zoo --list shows the others)"
 MODEL=$OUT/$MODEL_NAME.onnx
 [ -f "$MODEL" ] || "$BUILD/collage" zoo "$MODEL_NAME" -o "$MODEL"
-"$BUILD/collage" info "$MODEL" | grep -v '^  ' | head -20
+# Outputs go through files, not `| head`: with pipefail a closed pipe (SIGPIPE) would fail the demo.
+"$BUILD/collage" info "$MODEL" > "$OUT/info.txt"
+grep -v '^  ' "$OUT/info.txt" || true
 
 echo
 echo "== backends on this machine"
-"$BUILD/collage" backends | grep -v '^    '
+"$BUILD/collage" backends > "$OUT/backends.txt"
+grep -v '^    ' "$OUT/backends.txt" || true
 
 echo
 echo "== tuning (costs are cached in $OUT/costs.db: a second 'make demo' is fast)"
@@ -30,7 +33,10 @@ echo "== tuning (costs are cached in $OUT/costs.db: a second 'make demo' is fast
 
 echo
 echo "== the placement"
-"$BUILD/collage" show "$MODEL" --plan "$OUT/$MODEL_NAME.plan.json" --dot "$OUT/$MODEL_NAME.dot" | head -40
+"$BUILD/collage" show "$MODEL" --plan "$OUT/$MODEL_NAME.plan.json" --dot "$OUT/$MODEL_NAME.dot" \
+  > "$OUT/placement.txt"
+head -40 "$OUT/placement.txt"
+echo "(the whole placement: $OUT/placement.txt; as a graph: $OUT/$MODEL_NAME.dot)"
 
 echo
 echo "== running the plan (outputs checked against the reference backend)"
