@@ -8,12 +8,18 @@ namespace collage {
 
 const char* op_kind_name(OpKind kind) {
   switch (kind) {
-    case OpKind::kElementwise: return "elementwise";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kInjective: return "injective";
-    case OpKind::kReduction: return "reduction";
-    case OpKind::kOutElemwiseFusable: return "out-elementwise-fusable";
-    case OpKind::kOpaque: return "opaque";
+    case OpKind::kElementwise:
+      return "elementwise";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kInjective:
+      return "injective";
+    case OpKind::kReduction:
+      return "reduction";
+    case OpKind::kOutElemwiseFusable:
+      return "out-elementwise-fusable";
+    case OpKind::kOpaque:
+      return "opaque";
   }
   return "opaque";
 }
@@ -44,9 +50,10 @@ const Tensor* InferContext::input_constant(size_t i) const {
 const Tensor& InferContext::require_constant(size_t i, const char* what) const {
   const Tensor* t = input_constant(i);
   if (!t)
-    fail("input {} ({}) must be a constant or computable from constants; collage needs static "
-         "shapes",
-         i, what);
+    fail(
+        "input {} ({}) must be a constant or computable from constants; collage needs static "
+        "shapes",
+        i, what);
   return *t;
 }
 

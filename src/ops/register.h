@@ -7,9 +7,10 @@
 
 namespace collage::ops {
 
-void register_nn_ops(OpRegistry& registry);           // Conv, pooling, Gemm/MatMul, norms, Softmax
-void register_elementwise_ops(OpRegistry& registry);  // unary/binary math, compare, Cast, Where, Clip
-void register_reduction_ops(OpRegistry& registry);    // Reduce*, ArgMax/ArgMin, TopK
-void register_tensor_ops(OpRegistry& registry);       // shape/injective ops: Reshape, Concat, Gather...
+void register_nn_ops(OpRegistry& registry);  // Conv, pooling, Gemm/MatMul, norms, Softmax
+void register_elementwise_ops(
+    OpRegistry& registry);                          // unary/binary math, compare, Cast, Where, Clip
+void register_reduction_ops(OpRegistry& registry);  // Reduce*, ArgMax/ArgMin, TopK
+void register_tensor_ops(OpRegistry& registry);  // shape/injective ops: Reshape, Concat, Gather...
 
 }  // namespace collage::ops

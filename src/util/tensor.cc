@@ -8,7 +8,8 @@ namespace collage {
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
-    if (d < 0) fail(ErrorKind::kShape, "negative dimension {} in shape {}", d, shape_to_string(shape));
+    if (d < 0)
+      fail(ErrorKind::kShape, "negative dimension {} in shape {}", d, shape_to_string(shape));
     if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
       fail(ErrorKind::kLimit, "shape {} has more elements than fit in 64 bits",
            shape_to_string(shape));

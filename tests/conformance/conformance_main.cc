@@ -170,9 +170,9 @@ Result run_test_unguarded(const TestCase& test, const Config& config) {
         options.load.input_shapes[input_names[i]] = shapes[i];
       session.reset();
       try {
-        session.emplace(load_freezing_if_needed(model.string(), options.load, input_names, inputs,
-                                                &frozen),
-                        options);
+        session.emplace(
+            load_freezing_if_needed(model.string(), options.load, input_names, inputs, &frozen),
+            options);
       } catch (...) {
         return classify_current_exception("load");
       }

@@ -29,7 +29,8 @@ Graph small_cnn() {
 }
 
 TEST(Tune, PlanCoversGraphRunsCorrectlyAndReusesCosts) {
-  fs::path db = fs::temp_directory_path() / ("collage_tune_test_" + std::to_string(::getpid()) + ".db");
+  fs::path db =
+      fs::temp_directory_path() / ("collage_tune_test_" + std::to_string(::getpid()) + ".db");
   fs::remove(db);
   Graph g = small_cnn();
   TuneOptions options;
