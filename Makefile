@@ -4,7 +4,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test demo bench clean format
+.PHONY: all deps configure build test demo bench clean format fuzz check-all
 
 all: build
 
@@ -22,6 +22,19 @@ build: deps configure
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1500
 
+# The same tests built with AddressSanitizer + UndefinedBehaviorSanitizer, in their own
+# folder; scripts/test-asan.sh sets the sanitizer options and fails on any report.
+ASAN_BUILD_DIR ?= build-asan
+.PHONY: test-asan
+
+$(ASAN_BUILD_DIR)/build.ninja:
+	cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCOLLAGE_SANITIZE=ON $(CMAKE_FLAGS)
+
+test-asan: deps $(ASAN_BUILD_DIR)/build.ninja
+	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
+	BUILD_DIR=$(ASAN_BUILD_DIR) JOBS=$(JOBS) scripts/test-asan.sh
+
 demo: build
 	@scripts/demo.sh $(BUILD_DIR)
 
@@ -29,6 +42,29 @@ demo: build
 # bench/run.sh for the knobs (BENCH_MODELS, BENCH_BUDGET, ...). Results: bench/results/.
 bench: build
 	BUILD_DIR=$(BUILD_DIR) bench/run.sh
+
+# libFuzzer over the model loader and the plan checks (fuzz/README.md): a clang build in
+# FUZZ_BUILD_DIR, seeds from fuzz/make_corpus.sh, FUZZ_SECONDS split 2:1 between the model
+# and plan targets. Crash inputs land in $(FUZZ_BUILD_DIR)/artifacts/.
+FUZZ_BUILD_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 300
+FUZZ_FLAGS ?= -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+	-artifact_prefix=$(FUZZ_BUILD_DIR)/artifacts/
+
+fuzz: deps
+	cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DCOLLAGE_FUZZ=ON
+	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS)
+	fuzz/make_corpus.sh $(FUZZ_BUILD_DIR) $(BUILD_DIR)/collage
+	mkdir -p $(FUZZ_BUILD_DIR)/artifacts
+	$(FUZZ_BUILD_DIR)/model_loader_fuzzer $(FUZZ_FLAGS) \
+	  -max_total_time=$$(( $(FUZZ_SECONDS) * 2 / 3 )) $(FUZZ_BUILD_DIR)/corpus/model_loader
+	$(FUZZ_BUILD_DIR)/plan_fuzzer $(FUZZ_FLAGS) \
+	  -max_total_time=$$(( $(FUZZ_SECONDS) / 3 )) $(FUZZ_BUILD_DIR)/corpus/plan
+
+# Everything: the tests, then a short fuzz run (too long for `make test` in CI).
+check-all: test
+	$(MAKE) fuzz FUZZ_SECONDS=60
 
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "backends/reference/reference_backend.h"
+#include "bench_util.h"
 #include "graph_builder.h"
 
 namespace collage {
@@ -185,37 +186,34 @@ void bm_interplay(benchmark::State& state, int which) {
 }
 
 // Records each benchmark's time so the kernel/direct ratios can be printed at the end.
-class RatioReporter : public benchmark::ConsoleReporter {
+class RatioReporter : public bench::TimeKeepingReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& run : runs)
-      if (run.run_type == Run::RT_Iteration) {
-        seconds_[run.run_name.function_name] = run.GetAdjustedRealTime();
-        auto it = run.counters.find("GFLOP/s");
-        if (it != run.counters.end()) gflops_[run.run_name.function_name] = it->second.value;
-      }
-    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      auto it = run.counters.find("GFLOP/s");
+      if (run.run_type == Run::RT_Iteration && it != run.counters.end())
+        gflops_[run.run_name.function_name] = it->second.value;
+    }
+    TimeKeepingReporter::ReportRuns(runs);
   }
   void print_ratios(const std::vector<std::string>& names) const {
     std::printf("\n%-34s %12s %12s %8s\n", "shape", "kernel GF/s", "direct GF/s", "ratio");
     for (const std::string& name : names) {
-      auto k = seconds_.find("kernel/" + name), d = seconds_.find("direct/" + name);
-      if (k == seconds_.end() || d == seconds_.end()) continue;
+      const double k = seconds("kernel/" + name), d = seconds("direct/" + name);
+      if (k <= 0 || d <= 0) continue;
       std::printf("%-34s %12.1f %12.1f %8.3f\n", name.c_str(), gflops_.at("kernel/" + name),
-                  gflops_.at("direct/" + name), d->second / k->second);
+                  gflops_.at("direct/" + name), d / k);
     }
-    auto t = [&](const char* n) {
-      auto it = seconds_.find(n);
-      return it == seconds_.end() ? 0.0 : it->second;
-    };
-    if (t("interplay/ref_then_blas") > 0)
+    auto us = [&](const char* n) { return std::max(0.0, seconds(n) * 1e6); };
+    if (us("interplay/ref_then_blas") > 0)
       std::printf("\ninterplay: ref %.1f us + blas %.1f us = %.1f us; back to back %.1f us\n",
-                  t("interplay/ref_only"), t("interplay/blas_only"),
-                  t("interplay/ref_only") + t("interplay/blas_only"), t("interplay/ref_then_blas"));
+                  us("interplay/ref_only"), us("interplay/blas_only"),
+                  us("interplay/ref_only") + us("interplay/blas_only"),
+                  us("interplay/ref_then_blas"));
   }
 
  private:
-  std::map<std::string, double> seconds_, gflops_;
+  std::map<std::string, double> gflops_;
 };
 
 }  // namespace

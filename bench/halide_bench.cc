@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "collage/backend.h"
 #include "collage/session.h"
 #include "graph_builder.h"
@@ -114,27 +115,14 @@ void BM_Chain(benchmark::State& state, const Case* c, const char* backend_name) 
 const char* const kBackends[] = {"halide", "onednn", "reference"};
 
 // Console output plus a closing table of time ratios against halide.
-class RatioReporter : public benchmark::ConsoleReporter {
+class RatioReporter : public bench::TimeKeepingReporter {
  public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& r : runs) {
-      if (r.error_occurred) continue;
-      if (r.run_type == Run::RT_Aggregate && r.aggregate_name == "median")
-        seconds_[r.run_name.function_name] = r.GetAdjustedRealTime();
-      else if (r.run_type == Run::RT_Iteration && r.iterations > 0)
-        seconds_.emplace(r.run_name.function_name, r.GetAdjustedRealTime());
-    }
-  }
   void Finalize() override {
     ConsoleReporter::Finalize();
     std::printf("\n%-26s %11s %11s %11s %14s %17s\n", "case (us)", "halide", "onednn", "reference",
                 "onednn/halide", "reference/halide");
     for (const Case& c : kCases) {
-      auto get = [&](const char* b) {
-        auto it = seconds_.find(std::string(b) + "/" + c.name);
-        return it == seconds_.end() ? -1.0 : it->second;
-      };
+      auto get = [&](const char* b) { return seconds(std::string(b) + "/" + c.name) * 1e6; };
       const double h = get("halide"), o = get("onednn"), r = get("reference");
       auto cell = [](double v) { return v < 0 ? std::string("n/a") : fmt::format("{:.2f}", v); };
       auto ratio = [&](double v) {
@@ -144,17 +132,13 @@ class RatioReporter : public benchmark::ConsoleReporter {
                   cell(r).c_str(), ratio(o).c_str(), ratio(r).c_str());
     }
   }
-
- private:
-  std::map<std::string, double> seconds_;
 };
 
 }  // namespace
 }  // namespace collage
 
 int main(int argc, char** argv) {
-  const char* env = std::getenv("HALIDE_BENCH_THREADS");
-  collage::set_thread_budget(env ? std::atoi(env) : 1);
+  collage::bench::set_threads_from_env("HALIDE_BENCH_THREADS");
   for (const auto& c : collage::kCases)
     for (const char* b : collage::kBackends) {
       if (!collage::BackendRegistry::global().find(b)) continue;

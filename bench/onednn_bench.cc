@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "collage/backend.h"
 #include "collage/session.h"
 #include "graph_builder.h"
@@ -217,40 +218,26 @@ void BM_DirectTinyRelu(benchmark::State& state) {
 }
 
 // Console output plus a closing table: kernel time / direct time per case.
-class RatioReporter : public benchmark::ConsoleReporter {
+class RatioReporter : public bench::TimeKeepingReporter {
  public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    // The median when repeated (--benchmark_repetitions), else the one run.
-    for (const Run& r : runs) {
-      if (r.run_type == Run::RT_Aggregate && r.aggregate_name == "median")
-        seconds_[r.run_name.function_name] = r.GetAdjustedRealTime();
-      else if (r.run_type == Run::RT_Iteration && r.iterations > 0)
-        seconds_.emplace(r.run_name.function_name, r.GetAdjustedRealTime());
-    }
-  }
   void Finalize() override {
     ConsoleReporter::Finalize();
-    std::printf("\n%-34s %12s %12s %8s\n", "case", "kernel", "direct", "ratio");
-    for (const auto& [name, t] : seconds_) {
+    std::printf("\n%-34s %12s %12s %8s\n", "case (us)", "kernel", "direct", "ratio");
+    for (const auto& [name, t] : all_seconds()) {
       if (name.rfind("kernel/", 0) != 0) continue;
       const std::string base = name.substr(7);
-      auto it = seconds_.find("direct/" + base);
-      if (it == seconds_.end()) continue;
-      std::printf("%-34s %12.2f %12.2f %8.3f\n", base.c_str(), t, it->second, t / it->second);
+      const double direct = seconds("direct/" + base);
+      if (direct <= 0) continue;
+      std::printf("%-34s %12.2f %12.2f %8.3f\n", base.c_str(), t * 1e6, direct * 1e6, t / direct);
     }
   }
-
- private:
-  std::map<std::string, double> seconds_;
 };
 
 }  // namespace
 }  // namespace collage
 
 int main(int argc, char** argv) {
-  const char* env = std::getenv("ONEDNN_BENCH_THREADS");
-  collage::set_thread_budget(env ? std::atoi(env) : 1);
+  collage::bench::set_threads_from_env("ONEDNN_BENCH_THREADS");
   for (const auto& c : collage::kConvs) {
     benchmark::RegisterBenchmark((std::string("kernel/") + c.name).c_str(), collage::BM_KernelConv,
                                  c)

@@ -84,6 +84,7 @@ def median(xs):
 def model_summary(model_dir):
     meta = (load_json_lines(os.path.join(model_dir, "meta.json")) or [{}])[0]
     plans = {}  # name -> samples over every round
+    untimed = set()  # plans `collage bench` ran once only (far slower than the fastest)
     order = []
     predicted = None
     for path in sorted(glob.glob(os.path.join(model_dir, "collage_*.json"))):
@@ -93,6 +94,8 @@ def model_summary(model_dir):
                     plans[p["name"]] = []
                     order.append(p["name"])
                 plans[p["name"]].extend(p.get("samples", []))
+                if p.get("timed") is False:
+                    untimed.add(p["name"])
                 if p.get("predicted_ms") is not None:
                     predicted = p["predicted_ms"]
     ort_samples, ort_version = [], None
@@ -109,7 +112,8 @@ def model_summary(model_dir):
         "gflops": meta.get("gflops"),
         "status": meta.get("status", "ok"),
         "ort_status": meta.get("ort_status"),
-        "plans": {n: {"median": median(plans[n]), "min": min(plans[n]), "n": len(plans[n])}
+        "plans": {n: {"median": median(plans[n]), "min": min(plans[n]), "n": len(plans[n]),
+                      "timed": n not in untimed}
                   for n in order if plans[n]},
         "order": [n for n in order if plans[n]],
         "predicted": predicted,
@@ -142,7 +146,8 @@ def summarize(work, out_dir):
     peak = (machine.get("peak") or {}).get("peak_gflops")
     for r in rows:
         tuned = r["plans"].get("tuned", {}).get("median")
-        singles = [(r["plans"][b]["median"], b) for b in backends if b in r["plans"]]
+        singles = [(r["plans"][b]["median"], b) for b in backends
+                   if b in r["plans"] and r["plans"][b]["timed"]]
         best = min(singles) if singles else None
         r["best_single"] = best
         r["vs_best"] = best[0] / tuned if best and tuned else None
@@ -171,7 +176,9 @@ def summarize(work, out_dir):
     lines.append(f"- Tuning budget {machine.get('budget')} s per model, cost DB "
                  f"`bench/results/costs.db`. Protocol: {machine.get('rounds')} rounds, each "
                  f"`collage bench` (every plan interleaved, {machine.get('warmup')} warm-up + "
-                 f"{machine.get('repeat')} timed runs per plan) and ORT in its own process "
+                 f"{machine.get('repeat')} timed runs per plan, each timed run right after an "
+                 f"untimed run of the same plan; a plan over 5× slower than the fastest in "
+                 f"warm-up is run once, marked \"1 run\") and ORT in its own process "
                  f"({machine.get('warmup')} warm-up + {machine.get('repeat')} timed runs), the "
                  "two in alternating order; medians and minima over all samples.")
     lines.append("")
@@ -189,6 +196,8 @@ def summarize(work, out_dir):
         def cell(p):
             if not p:
                 return "n/a"
+            if not p["timed"]:
+                return f"{fmt_ms(p['median'])} (1 run)"
             return f"{fmt_ms(p['median'])} ({fmt_ms(p['min'])})"
         tuned = r["plans"].get("tuned")
         tcell = f"**{cell(tuned)}**" if tuned else ("failed" if r["status"] != "ok" else "n/a")

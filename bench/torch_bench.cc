@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "collage/backend.h"
 #include "collage/session.h"
 #include "graph_builder.h"
@@ -67,42 +68,26 @@ void BM_Conv3d(benchmark::State& state, const char* backend, Conv3dCase c) {
       benchmark::Counter(conv_flops(c) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-class RatioReporter : public benchmark::ConsoleReporter {
+class RatioReporter : public bench::TimeKeepingReporter {
  public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& r : runs) {
-      if (r.run_type == Run::RT_Aggregate && r.aggregate_name == "median")
-        seconds_[r.run_name.function_name] = r.real_accumulated_time / r.iterations;
-      else if (r.run_type == Run::RT_Iteration && r.iterations > 0)
-        seconds_.emplace(r.run_name.function_name, r.real_accumulated_time / r.iterations);
-    }
-  }
   void Finalize() override {
     ConsoleReporter::Finalize();
     std::printf("\n%-34s %12s %12s %8s\n", "case (GFLOP/s)", "torch", "onednn", "t/o time");
     for (const Conv3dCase& c : kConvs) {
-      auto t = seconds_.find(std::string("torch/") + c.name);
-      auto o = seconds_.find(std::string("onednn/") + c.name);
-      if (t == seconds_.end() || o == seconds_.end()) continue;
+      const double t = seconds(std::string("torch/") + c.name);
+      const double o = seconds(std::string("onednn/") + c.name);
+      if (t <= 0 || o <= 0) continue;
       const double gflop = conv_flops(c) * 1e-9;
-      std::printf("%-34s %12.1f %12.1f %8.3f\n", c.name, gflop / t->second, gflop / o->second,
-                  t->second / o->second);
+      std::printf("%-34s %12.1f %12.1f %8.3f\n", c.name, gflop / t, gflop / o, t / o);
     }
   }
-
- private:
-  std::map<std::string, double> seconds_;
 };
 
 }  // namespace
 }  // namespace collage
 
 int main(int argc, char** argv) {
-  const char* env = std::getenv("TORCH_BENCH_THREADS");
-  collage::set_thread_budget(env ? std::atoi(env) : 1);
-  for (collage::Backend* b : collage::BackendRegistry::global().all())
-    b->set_threads(collage::thread_budget());
+  collage::bench::set_threads_from_env("TORCH_BENCH_THREADS");
   for (const auto& c : collage::kConvs)
     for (const char* backend : {"torch", "onednn"}) {
       if (!collage::BackendRegistry::global().find(backend)) continue;

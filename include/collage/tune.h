@@ -41,8 +41,12 @@ struct TuneOptions {
 struct PlanTiming {
   std::string name;  // "tuned", "onednn", "blas", ... (single-backend plans)
   double predicted_ms = 0;
-  double measured_ms = 0;
-  size_t steps = 0;
+  double measured_ms = 0;  // NaN when not timed (see `timed`)
+  size_t steps = 0;        // 0 when not compiled
+  // False for a plan predicted so much slower than the best that timing it end to end
+  // would only cost time (a whole CNN on Halide's generated convolutions, say).
+  bool timed = true;
+  bool from_cost_db = false;  // the latency was measured by an earlier tune
 };
 
 struct BackendShare {
@@ -59,6 +63,7 @@ struct TuneResult {
   size_t candidates = 0, cache_hits = 0, measured = 0, failed = 0;
   double step_overhead_ms = 0;
   size_t generations = 0, genomes_evaluated = 0;
+  size_t plans_timed = 0;  // whole plans timed end to end (the rest came from the cost DB)
   std::vector<std::string> failures;  // one line per failed candidate
   std::string cost_db_path;
   double seconds = 0;

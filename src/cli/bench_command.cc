@@ -42,25 +42,47 @@ int bench(const BenchOptions& o) {
     names.push_back(b->name());
   }
   std::vector<Tensor> inputs = random_inputs(graph, 1);
+  auto time_run = [&](Session& s) {
+    auto t0 = std::chrono::steady_clock::now();
+    s.run_views(inputs);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  // Warm-up, which also sorts out the plans not worth timing: one over kTooSlow times the
+  // fastest warm-up is reported from its warm-up run alone (e.g. a whole CNN on Halide's
+  // generated convolutions, seconds per run, next to milliseconds).
+  constexpr double kTooSlow = 5;
+  std::vector<double> warm(sessions.size(), 0);
+  for (int w = 0; w < std::max(1, o.warmup); ++w)
+    for (size_t i = 0; i < sessions.size(); ++i) warm[i] = time_run(sessions[i]);
+  const double fastest = *std::min_element(warm.begin(), warm.end());
+  std::vector<bool> timed(sessions.size());
+  for (size_t i = 0; i < sessions.size(); ++i)
+    timed[i] = names[i] == "tuned" || warm[i] <= kTooSlow * fastest;
+  // Interleaved rounds; within a round each plan runs once untimed, then timed: the first
+  // run after another plan's pays for that plan's thread pools winding down and for cold
+  // caches, which a user running one plan never sees.
   std::vector<std::vector<double>> samples(sessions.size());
-  for (int w = 0; w < o.warmup; ++w)
-    for (auto& s : sessions) s.run_views(inputs);
   for (int r = 0; r < o.repeat; ++r)
     for (size_t i = 0; i < sessions.size(); ++i) {
-      auto t0 = std::chrono::steady_clock::now();
+      if (!timed[i]) continue;
       sessions[i].run_views(inputs);
-      samples[i].push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      samples[i].push_back(time_run(sessions[i]));
     }
-  fmt::print("{} ({} threads, {} interleaved rounds)\n", o.model.path, thread_budget(), o.repeat);
+  for (size_t i = 0; i < sessions.size(); ++i)
+    if (!timed[i]) samples[i] = {warm[i]};
+  fmt::print("{} ({} threads, {} interleaved rounds, each timed run after an untimed one)\n",
+             o.model.path, thread_budget(), o.repeat);
   fmt::print("  {:<16} {:>12} {:>12} {:>7}\n", "plan", "median ms", "min ms", "steps");
   nlohmann::json plans = nlohmann::json::array();
   for (size_t i = 0; i < sessions.size(); ++i) {
-    plans.push_back(
-        {{"name", names[i]}, {"steps", sessions[i].num_steps()}, {"samples", samples[i]}});
+    plans.push_back({{"name", names[i]},
+                     {"steps", sessions[i].num_steps()},
+                     {"samples", samples[i]},
+                     {"timed", static_cast<bool>(timed[i])}});
     std::sort(samples[i].begin(), samples[i].end());
-    fmt::print("  {:<16} {:>12.3f} {:>12.3f} {:>7}\n", names[i], samples[i][samples[i].size() / 2],
-               samples[i][0], sessions[i].num_steps());
+    fmt::print("  {:<16} {:>12.3f} {:>12.3f} {:>7}{}\n", names[i],
+               samples[i][samples[i].size() / 2], samples[i][0], sessions[i].num_steps(),
+               timed[i] ? "" : fmt::format("   (one run: over {}x the fastest)", kTooSlow));
     plans.back()["median_ms"] = samples[i][samples[i].size() / 2];
     plans.back()["min_ms"] = samples[i][0];
     if (names[i] == "tuned") plans.back()["predicted_ms"] = predicted;
@@ -89,7 +111,7 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("--repeat", o->repeat, "interleaved rounds")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--warmup", o->warmup, "untimed runs of every plan first")
+  cmd->add_option("--warmup", o->warmup, "untimed runs of every plan first (at least 1)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", o->threads, "thread budget (0 = all cores)")->capture_default_str();

@@ -9,13 +9,13 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
-#include "cli/openmp_env.h"
+#include "cli/idle_spin_env.h"
 #include "collage/backend.h"
 #include "collage/error.h"
 #include "search/isolated_measurer.h"
 
 int main(int argc, char** argv) {
-  collage::cli::bound_openmp_spinning(argv);
+  collage::cli::bound_idle_spinning(argc, argv);
   CLI::App app{"collage: runs ONNX models fastest by mixing backends"};
   app.require_subcommand(1);
   // Global options may follow the subcommand name too (`collage run --backend-plugin x.so m.onnx`).

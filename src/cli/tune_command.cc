@@ -42,7 +42,10 @@ void print_result(const TuneResult& r) {
   for (const auto& s : r.shares)
     fmt::print("  {:<16} {:>6} {:>12.3f} {:>7.1f}%\n", s.backend, s.nodes, s.cost_ms,
                total > 0 ? 100 * s.cost_ms / total : 0);
-  fmt::print("\nend-to-end latency, measured side by side (median; * = the plan written):\n");
+  bool from_db = false;
+  for (const auto& t : r.timings) from_db = from_db || t.from_cost_db;
+  fmt::print("\nend-to-end latency, measured side by side{} (median; * = the plan written):\n",
+             from_db ? " by an earlier tune (cost DB)" : "");
   fmt::print("  {:<16} {:>13} {:>13} {:>7} {:>16}\n", "plan", "predicted ms", "measured ms",
              "steps", "written plan is");
   double winner_ms = 0;
@@ -53,8 +56,13 @@ void print_result(const TuneResult& r) {
     // standalone) has no finite prediction.
     std::string predicted =
         std::isfinite(t.predicted_ms) ? fmt::format("{:.3f}", t.predicted_ms) : std::string("-");
-    fmt::print("  {:<16} {:>13} {:>13.3f} {:>7} {:>15.2f}x\n",
-               (t.name == r.winner ? "*" : " ") + t.name, predicted, t.measured_ms, t.steps,
+    std::string name = (t.name == r.winner ? "*" : " ") + t.name;
+    if (!t.timed) {
+      fmt::print("  {:<16} {:>13}   not timed: predicted over 3x the best\n", name, predicted);
+      continue;
+    }
+    fmt::print("  {:<16} {:>13} {:>13.3f} {:>7} {:>15.2f}x\n", name, predicted, t.measured_ms,
+               t.steps ? std::to_string(t.steps) : std::string("-"),
                winner_ms > 0 ? t.measured_ms / winner_ms : 0.0);
   }
 }

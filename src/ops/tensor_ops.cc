@@ -34,7 +34,11 @@ Shape reshape_target(const InferContext& ctx, const std::vector<int64_t>& spec, 
     }
     if (d == 0) has_zero = true;
     out[i] = d;
-    if (d != 0) known *= d;
+    // The spec comes from the model unchecked: a wrapped product (UB) could pass the
+    // element-count check below with a bogus -1 dimension.
+    if (d != 0 && __builtin_mul_overflow(known, d, &known))
+      fail(ErrorKind::kLimit, "node '{}' ({}): shape {} has more elements than fit in 64 bits",
+           ctx.node().name, ctx.node().op_type, fmt::join(spec, ","));
   }
   int64_t numel = shape_numel(in);
   if (infer_at >= 0) {

@@ -170,4 +170,10 @@ int64_t CostDb::size() const {
   return sqlite3_step(s.stmt) == SQLITE_ROW ? sqlite3_column_int64(s.stmt, 0) : 0;
 }
 
+int64_t CostDb::size(const std::string& backend) const {
+  Statement s(db_, "SELECT count(*) FROM costs WHERE backend = ?");
+  sqlite3_bind_text(s.stmt, 1, backend.c_str(), -1, SQLITE_TRANSIENT);
+  return sqlite3_step(s.stmt) == SQLITE_ROW ? sqlite3_column_int64(s.stmt, 0) : 0;
+}
+
 }  // namespace collage

@@ -35,6 +35,7 @@ class CostDb {
   void put(const std::string& key, const std::string& backend, const std::string& hardware,
            const std::string& subgraph_text, const CostRecord& record);
   int64_t size() const;
+  int64_t size(const std::string& backend) const;  // rows of one backend (or record kind)
   const std::string& path() const { return path_; }
   // Set when the file found at open was unusable and had to be moved aside.
   const std::string& moved_aside_to() const { return moved_aside_to_; }

@@ -72,6 +72,10 @@ const std::vector<Tensor>& Measurer::reference_outputs(const Graph& sub,
                                                        const std::vector<Tensor>& inputs) {
   auto it = reference_cache_.find(canonical);
   if (it != reference_cache_.end()) return it->second;
+  // The tuner measures a subgraph on every backend in a row, so the last few subgraphs are
+  // all the cache needs; keeping every one would grow memory with each candidate (a
+  // ResNet-50 tune has ~300 distinct subgraphs, MBs of outputs each).
+  if (reference_cache_.size() >= kReferenceCacheEntries) reference_cache_.clear();
   std::vector<Tensor> outs = allocate_outputs(sub);
   Backend& reference = BackendRegistry::global().get("reference");
   reference.compile(sub)->run(inputs, outs);
@@ -134,15 +138,16 @@ double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
 }
 
 double measure_step_overhead_ms() {
-  // A chain of Identity nodes on one float: the kernels do ~nothing, so the time per step
-  // is the executor's dispatch cost.
+  // A chain of Relu nodes on one float, each its own step on reference: the kernels do
+  // ~nothing, so the time per step is the executor's dispatch cost. (Not Identity: the
+  // executor may alias it away.)
   constexpr int kSteps = 200;
   Graph g;
   ValueId prev = g.add_value("x", DType::kFloat32, {1}, true);
   g.inputs = {prev};
   for (int i = 0; i < kSteps; ++i) {
     ValueId next = g.add_value("v" + std::to_string(i), DType::kFloat32, {1}, true);
-    g.add_node(Node{"n" + std::to_string(i), "Identity", "", {prev}, {next}, {}});
+    g.add_node(Node{"n" + std::to_string(i), "Relu", "", {prev}, {next}, {}});
     prev = next;
   }
   g.outputs = {prev};

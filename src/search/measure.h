@@ -56,6 +56,7 @@ class Measurer {
   CostDb* db_;
   Hardware hardware_;
   MeasureOptions options_;
+  static constexpr size_t kReferenceCacheEntries = 4;
   std::map<std::string, std::vector<Tensor>> reference_cache_;  // by canonical text
   IsolatedWorker* isolated_ = nullptr;
 };

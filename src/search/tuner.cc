@@ -26,6 +26,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Kinds of whole-plan latency records in the cost DB (see Tuner::plan_key).
+constexpr const char* kFitness = "plan";
+constexpr const char* kSideBySide = "plan-side-by-side";
+
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -81,7 +85,7 @@ class Tuner {
 
   TuneResult run() {
     measure_candidates();
-    result_.step_overhead_ms = measure_step_overhead_ms();
+    result_.step_overhead_ms = step_overhead_ms();
     std::vector<int> chosen = search_op_level();
     std::vector<Group> tuned = to_groups(chosen);
     if (options_.optimizer == Optimizer::kTwoLevel) tuned = search_graph_level(std::move(tuned));
@@ -110,6 +114,10 @@ class Tuner {
     std::vector<std::pair<Match, Backend*>> todo;
     for (Backend* b : backends_)
       for (Match& m : find_matches(graph_, *b)) todo.emplace_back(std::move(m), b);
+    // One subgraph on every backend in a row: the worker computes its reference outputs
+    // (for the correctness check) once and keeps only the last few.
+    std::stable_sort(todo.begin(), todo.end(),
+                     [](const auto& a, const auto& b) { return a.first.nodes < b.first.nodes; });
     result_.candidates = todo.size();
     double measuring_s = 0;
     size_t measured = 0;
@@ -136,6 +144,18 @@ class Tuner {
       report("measuring", i + 1, todo.size(), eta, backend->name());
     }
     result_.measured = measured;
+  }
+
+  // Measured once per machine and kept in the cost DB: re-measured on every tune, its noise
+  // alone could tip the op-level search between two near-equal covers.
+  double step_overhead_ms() {
+    const std::string key =
+        CostDb::make_key("executor step overhead", "step-overhead", "", hardware_.fingerprint());
+    if (std::optional<CostRecord> hit = db_.find(key)) return hit->milliseconds;
+    CostRecord record;
+    record.milliseconds = measure_step_overhead_ms();
+    db_.put(key, "step-overhead", hardware_.fingerprint(), "executor step overhead", record);
+    return record.milliseconds;
   }
 
   std::vector<int> search_op_level() {
@@ -208,23 +228,54 @@ class Tuner {
   }
 
   // Median latency of each executor, measured in interleaved rounds so that machine drift
-  // hits all of them alike.
+  // hits all of them alike. With several executors each timed run follows an untimed one
+  // of the same executor: the first run after another plan's pays for that plan's thread
+  // pools still winding down and for cold caches, which a user running one plan never sees.
   std::vector<double> time_side_by_side(std::vector<Executor*> executors, int rounds) {
     std::vector<Tensor> inputs = random_inputs(graph_, options_.seed);
     std::vector<std::vector<double>> samples(executors.size());
     for (Executor* e : executors) e->run(inputs);  // warm-up
     for (int r = 0; r < rounds; ++r)
       for (size_t i = 0; i < executors.size(); ++i) {
+        if (executors.size() > 1) executors[i]->run(inputs);
         auto t0 = Clock::now();
         executors[i]->run(inputs);
         samples[i].push_back(seconds_since(t0) * 1000);
       }
+    result_.plans_timed += executors.size();
     std::vector<double> medians;
     for (auto& s : samples) {
       std::sort(s.begin(), s.end());
       medians.push_back(s[s.size() / 2]);
     }
     return medians;
+  }
+
+  // A plan's measured latency is stored in the cost DB like a kernel's, keyed by the model,
+  // the placement and the backends' versions: re-tuning with a warm DB re-times nothing.
+  // Two kinds: "plan", timed alone as a genome's fitness, and "plan-side-by-side", timed
+  // in the final comparison. Kept apart so that the comparison never changes a fitness the
+  // evolutionary search will read again: a warm re-tune then retraces the same search.
+  std::string plan_key(const std::vector<Group>& groups, const char* kind) const {
+    return CostDb::make_key(placement_text(groups), kind, "", hardware_.fingerprint());
+  }
+
+  void store_plan_latency(const std::vector<Group>& groups, const char* kind,
+                          const CostRecord& record) {
+    db_.put(plan_key(groups, kind), kind, hardware_.fingerprint(), placement_text(groups), record);
+  }
+
+  // Every group of a plan runs in this process when the plan is timed end to end: each one
+  // (merged graph-level regions included) must first have been measured alone, in the
+  // isolated worker, and checked against reference there. Returns why not, or "".
+  std::string unsafe_group(const std::vector<Group>& groups) {
+    for (const Group& g : groups) {
+      if (g.backend->name() == "reference") continue;
+      if (!std::isfinite(cost_of(g.nodes, g.backend)))
+        return fmt::format("a {}-node {} group failed when measured alone", g.nodes.size(),
+                           g.backend->name());
+    }
+    return "";
   }
 
   std::vector<Group> search_graph_level(std::vector<Group> op_groups) {
@@ -250,21 +301,15 @@ class Tuner {
     auto decode = [&](const Genome& genome) {
       return decode_genome(op_groups, graph_level, genome);
     };
-    // A plan's measured latency is stored in the cost DB like a kernel's, keyed by the model,
-    // the placement and the backends' versions: re-tuning with a warm DB re-times nothing.
     auto fitness = [&](const Genome& genome) -> double {
       std::vector<Group> groups;
-      try {
-        groups = complete(decode(genome));
-      } catch (const Error& e) {
-        spdlog::debug("genome rejected: {}", e.what());
-        return std::numeric_limits<double>::infinity();
-      }
-      const std::string text = placement_text(groups);
-      const std::string key = CostDb::make_key(text, "plan", "", hardware_.fingerprint());
-      if (std::optional<CostRecord> hit = db_.find(key)) return hit->milliseconds;
       CostRecord record;
       try {
+        groups = complete(decode(genome));
+        if (std::optional<CostRecord> hit = db_.find(plan_key(groups, kFitness)))
+          return hit->milliseconds;
+        if (std::string why = unsafe_group(groups); !why.empty())
+          fail(ErrorKind::kBackend, "{}", why);
         std::unique_ptr<Executor> e = executor_for(groups);
         record.milliseconds = time_side_by_side({e.get()}, 5)[0];
       } catch (const Error& e) {
@@ -272,8 +317,10 @@ class Tuner {
         record.ok = false;
         record.reason = e.what();
         record.milliseconds = std::numeric_limits<double>::infinity();
+        // A genome that does not even decode (a non-convex region) has no placement to key.
+        if (groups.empty()) return record.milliseconds;
       }
-      db_.put(key, "plan", hardware_.fingerprint(), text, record);
+      store_plan_latency(groups, kFitness, record);
       return record.milliseconds;
     };
     std::vector<Genome> seeds = {Genome(op_groups.size(), 0)};
@@ -357,43 +404,73 @@ class Tuner {
     struct Contender {
       std::string name;
       std::vector<Group> groups;
+      PlanTiming timing;
       std::unique_ptr<Executor> executor;
     };
     std::vector<Contender> contenders;
-    contenders.push_back({"tuned", complete(std::move(tuned)), nullptr});
+    contenders.push_back({"tuned", complete(std::move(tuned)), {}, nullptr});
     for (Backend* b : backends_) {
       if (b->name() == "reference") continue;  // the oracle, not a contender: far slower
-      std::vector<Group> groups = place_on_single_backend(graph_, *b);
+      std::vector<Group> groups = complete(place_on_single_backend(graph_, *b));
       // Timing end to end runs the kernels in this process: one that failed (or crashed,
       // or hung in the worker) when measured alone must not run here.
-      bool failed = std::any_of(groups.begin(), groups.end(), [&](const Group& g) {
-        return !std::isfinite(cost_of(g.nodes, g.backend));
-      });
-      if (failed) {
-        spdlog::info("no single-backend plan for {}: some of its groups failed", b->name());
+      if (std::string why = unsafe_group(groups); !why.empty()) {
+        spdlog::info("no single-backend plan for {}: {}", b->name(), why);
         continue;
       }
-      contenders.push_back({b->name(), complete(std::move(groups)), nullptr});
+      contenders.push_back({b->name(), std::move(groups), {}, nullptr});
     }
-    std::vector<Executor*> executors;
+    double best_predicted = std::numeric_limits<double>::infinity();
     for (Contender& c : contenders) {
-      c.executor = executor_for(c.groups);
-      executors.push_back(c.executor.get());
+      c.timing.name = c.name;
+      c.timing.predicted_ms = predict(c.groups);
+      if (std::isfinite(c.timing.predicted_ms))
+        best_predicted = std::min(best_predicted, c.timing.predicted_ms);
     }
-    std::vector<double> ms = time_side_by_side(executors, 15);
-    size_t best = 0;
-    for (size_t i = 0; i < contenders.size(); ++i) {
-      PlanTiming t;
-      t.name = contenders[i].name;
-      t.predicted_ms = predict(contenders[i].groups);
-      t.measured_ms = ms[i];
-      t.steps = contenders[i].executor->steps().size();
-      result_.timings.push_back(t);
-      if (ms[i] < ms[best]) best = i;
+    // Timed: every contender not predicted kNotWorthTiming times slower than the best. The
+    // tuned plan always is (the never-worse rule needs its time).
+    constexpr double kNotWorthTiming = 3;
+    std::vector<Contender*> timed;
+    for (Contender& c : contenders) {
+      c.timing.timed =
+          c.name == "tuned" || !(c.timing.predicted_ms > kNotWorthTiming * best_predicted);
+      c.timing.measured_ms = std::numeric_limits<double>::quiet_NaN();
+      if (c.timing.timed) timed.push_back(&c);
     }
-    result_.winner = contenders[best].name;
-    make_plan(contenders[best].groups, *contenders[best].executor,
-              result_.timings[best].predicted_ms, ms[best]);
+    // With a warm cost DB every contender's latency is known: nothing is compiled or timed
+    // but the winner (compiled for its steps).
+    bool all_known = true;
+    for (Contender* c : timed) {
+      std::optional<CostRecord> hit = db_.find(plan_key(c->groups, kSideBySide));
+      all_known = all_known && hit && hit->ok;
+      if (hit && hit->ok) c->timing.measured_ms = hit->milliseconds;
+    }
+    if (all_known) {
+      for (Contender* c : timed) c->timing.from_cost_db = true;
+    } else {
+      std::vector<Executor*> executors;
+      for (Contender* c : timed) {
+        c->executor = executor_for(c->groups);
+        executors.push_back(c->executor.get());
+      }
+      std::vector<double> ms = time_side_by_side(executors, 15);
+      for (size_t i = 0; i < timed.size(); ++i) {
+        timed[i]->timing.measured_ms = ms[i];
+        CostRecord record;
+        record.milliseconds = ms[i];
+        store_plan_latency(timed[i]->groups, kSideBySide, record);
+      }
+    }
+    Contender* best = timed.front();
+    for (Contender* c : timed)
+      if (c->timing.measured_ms < best->timing.measured_ms) best = c;
+    if (!best->executor) best->executor = executor_for(best->groups);
+    for (Contender& c : contenders) {
+      if (c.executor) c.timing.steps = c.executor->steps().size();
+      result_.timings.push_back(c.timing);
+    }
+    result_.winner = best->name;
+    make_plan(best->groups, *best->executor, best->timing.predicted_ms, best->timing.measured_ms);
   }
 
   void make_plan(const std::vector<Group>& groups, const Executor& executor, double predicted,

@@ -1,5 +1,7 @@
 // A deliberately broken backend plugin: each backend takes Relu and its kernel fails one
 // way (segfault, abort, hang, throw) when run. `collage tune` must survive all of them.
+// `broken-region` is graph-level: lone Relus work, but a merged region (which only the
+// graph-level search builds) segfaults.
 #include <unistd.h>
 
 #include <csignal>
@@ -50,6 +52,30 @@ class BrokenBackend : public collage::Backend {
   Failure failure_;
 };
 
+// Relu done right, so that single-node candidates pass the check against reference.
+class ReluKernel : public collage::Kernel {
+ public:
+  void run(std::span<const collage::Tensor> in, std::span<const collage::Tensor> out) override {
+    const float* x = in[0].data<float>();
+    float* y = const_cast<float*>(out[0].data<float>());
+    for (int64_t i = 0; i < in[0].numel(); ++i) y[i] = x[i] > 0 ? x[i] : 0;
+  }
+};
+
+class BrokenRegionBackend : public collage::Backend {
+ public:
+  std::string name() const override { return "broken-region"; }
+  std::string version() const override { return "1.0"; }
+  collage::BackendKind kind() const override { return collage::BackendKind::kGraphLevel; }
+  std::vector<collage::PatternEntry> patterns() const override {
+    return {{"relu", collage::op("Relu"), {}}};
+  }
+  std::unique_ptr<collage::Kernel> compile(const collage::Graph& g) override {
+    if (g.num_nodes() == 1) return std::make_unique<ReluKernel>();
+    return std::make_unique<BrokenKernel>(Failure::kSegv);
+  }
+};
+
 }  // namespace
 
 extern "C" void collage_register_backends(collage::BackendRegistry* registry) {
@@ -58,4 +84,5 @@ extern "C" void collage_register_backends(collage::BackendRegistry* registry) {
   registry->add(std::make_shared<BrokenBackend>("broken-abort", Failure::kAbort));
   registry->add(std::make_shared<BrokenBackend>("broken-hang", Failure::kHang));
   registry->add(std::make_shared<BrokenBackend>("broken-throw", Failure::kThrow));
+  registry->add(std::make_shared<BrokenRegionBackend>());
 }

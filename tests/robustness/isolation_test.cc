@@ -2,6 +2,7 @@
 // measured in a worker process, so tuning completes, the broken candidates cost +inf with
 // the reason, and the plan uses none of them.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -75,6 +76,36 @@ TEST(Isolation, TuningSurvivesCrashingKernels) {
                      dir);
   EXPECT_EQ(again.status, 0) << again.out;
   EXPECT_NE(again.out.find("(0 measured"), std::string::npos) << again.out;
+}
+
+// The graph-level search merges the two Relu groups into one broken-region region, which
+// crashes: it is measured alone in the worker before any plan containing it runs here.
+TEST(Isolation, MergedGraphLevelRegionsAreMeasuredInTheWorker) {
+  TempDir dir;
+  std::string model = relu_chain(dir);
+  std::string plan = dir.file("PLAN.json");
+  CliRun r = run("tune " + model + " -o " + plan + " --cost-db " + dir.file("costs.db") +
+                     " --backends reference,broken-region --budget 5 --isolate-timeout 10",
+                 dir);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::ifstream in(plan);
+  nlohmann::json j = nlohmann::json::parse(in);
+  for (const auto& g : j["groups"]) EXPECT_LE(g["nodes"].size(), 1u) << j.dump();
+  CliRun ran = run("run " + model + " --plan " + plan + " --verify", dir);
+  EXPECT_EQ(ran.status, 0) << ran.out;
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dir.file("costs.db").c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(
+      sqlite3_prepare_v2(db, "SELECT reason FROM costs WHERE backend='broken-region' AND ok=0", -1,
+                         &st, nullptr),
+      SQLITE_OK);
+  std::string reasons;
+  while (sqlite3_step(st) == SQLITE_ROW)
+    reasons += reinterpret_cast<const char*>(sqlite3_column_text(st, 0)) + std::string("\n");
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  EXPECT_NE(reasons.find("crashed: SIGSEGV"), std::string::npos) << reasons;
 }
 
 TEST(Isolation, NoIsolateStillCatchesExceptions) {

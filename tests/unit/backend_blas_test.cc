@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "backend_test_util.h"
 #include "backends/blas/fast_math.h"
 #include "graph_builder.h"
 
@@ -20,10 +21,6 @@ Backend& blas() {
 double check(const Graph& g) {
   auto [got, want] = run_backend_and_reference(blas(), g);
   return tolerance_ratio(got, want);
-}
-
-int64_t pick(std::mt19937& rng, int64_t lo, int64_t hi) {
-  return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
 }
 
 ValueId weights(GraphBuilder& b, const std::string& name, Shape shape, int64_t fan_in) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_test_util.h"
 #include "collage/backend.h"
 #include "collage/session.h"
 #include "graph_builder.h"
@@ -23,6 +24,7 @@ using testing::attr_i;
 using testing::attr_ints;
 using testing::attr_s;
 using testing::GraphBuilder;
+using testing::pick;
 using testing::run_backend_and_reference;
 using testing::tolerance_ratio;
 using Attrs = std::map<std::string, Attribute>;
@@ -31,34 +33,14 @@ Backend& onednn() {
   return BackendRegistry::global().get("onednn");
 }
 
-// Compiles the whole graph on onednn and compares with the reference (rtol 1e-3).
 void expect_like_reference(const Graph& g, const std::string& what) {
-  SCOPED_TRACE(what);
-  auto [got, want] = run_backend_and_reference(onednn(), g);
-  EXPECT_LE(tolerance_ratio(got, want), 1.0) << what;
+  testing::expect_like_reference(onednn(), g, what);
 }
-
 ErrorKind compile_error(const Graph& g) {
-  try {
-    onednn().compile(g);
-  } catch (const Error& e) {
-    return e.kind();
-  }
-  return ErrorKind::kInternal;  // compiled: reads as a failed expectation
+  return testing::compile_error(onednn(), g);
 }
-
-int64_t pick(std::mt19937& rng, int64_t lo, int64_t hi) {
-  return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-}
-
 std::vector<std::set<std::string>> match_op_sets(const Graph& g) {
-  std::vector<std::set<std::string>> out;
-  for (const Match& m : find_matches(g, onednn())) {
-    std::set<std::string> names;
-    for (NodeId n : m.nodes) names.insert(g.node(n).name);
-    out.push_back(names);
-  }
-  return out;
+  return testing::match_op_sets(onednn(), g);
 }
 
 bool has_match(const Graph& g, const std::vector<ValueId>& outputs_of) {

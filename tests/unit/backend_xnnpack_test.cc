@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 
+#include "backend_test_util.h"
 #include "collage/backend.h"
 #include "collage/session.h"
 #include "graph_builder.h"
@@ -16,7 +17,9 @@ using testing::attr_f;
 using testing::attr_i;
 using testing::attr_ints;
 using testing::attr_s;
+using testing::compile_error;
 using testing::GraphBuilder;
+using testing::pick;
 
 Backend& op_level() {
   return BackendRegistry::global().get("xnnpack");
@@ -36,19 +39,6 @@ double error_ratio(Backend& backend, const Graph& graph, uint64_t seed = 3) {
 void expect_both_match_reference(const Graph& graph, const std::string& what) {
   EXPECT_LE(error_ratio(op_level(), graph), 1.0) << "xnnpack: " << what;
   EXPECT_LE(error_ratio(graph_level(), graph), 1.0) << "xnnpack-graph: " << what;
-}
-
-ErrorKind compile_error(Backend& backend, const Graph& graph) {
-  try {
-    backend.compile(graph);
-  } catch (const Error& e) {
-    return e.kind();
-  }
-  return ErrorKind::kInternal;  // "did not throw": never expected by these tests
-}
-
-int pick(std::mt19937& rng, int lo, int hi) {
-  return std::uniform_int_distribution<int>(lo, hi)(rng);
 }
 
 std::vector<std::vector<NodeId>> match_sets(const Graph& graph, const Backend& backend) {

@@ -4,9 +4,7 @@
 
 #include <algorithm>
 
-#include "backends/blas/epilogue.h"
-#include "backends/blas/fused_group.h"
-#include "ops/nn_util.h"
+#include "backends/blas/conv_geometry.h"
 
 namespace collage::blas {
 namespace {
@@ -17,13 +15,8 @@ using ops::nn::Window;
 
 constexpr int64_t kParallelCol2im = 1 << 16;
 
-struct ConvTransposePlan {
-  Operand x, w;
-  int64_t batch = 0, channels = 0, filters = 0, group = 1;
-  Window win;  // 3-D; `in` and `out` are the op's input and output sizes
-  int64_t in_plane = 0, out_plane = 0, taps = 0;
-  bool direct = false;  // 1x1, stride 1, no padding: the GEMM writes the output itself
-};
+// With a unit window the GEMM writes the output itself.
+using ConvTransposePlan = ConvGeometry;
 
 // Pads and output size per the ONNX spec: output_shape wins over pads; with auto_pad SAME
 // the odd unit of padding goes to the end for SAME_UPPER, else to the start.
@@ -115,7 +108,8 @@ class ConvTransposeKernel : public Kernel {
  public:
   ConvTransposeKernel(ConvTransposePlan plan, Epilogue epilogue, int threads)
       : plan_(std::move(plan)), epilogue_(std::move(epilogue)), threads_(threads) {
-    if (!plan_.direct) col_.assign(plan_.filters / plan_.group * plan_.taps * plan_.in_plane, 0.0f);
+    if (!plan_.unit_window)
+      col_.assign(plan_.filters / plan_.group * plan_.taps * plan_.in_plane, 0.0f);
   }
 
   void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs) override {
@@ -131,8 +125,8 @@ class ConvTransposeKernel : public Kernel {
         float* yg = y + (n * p.filters + g * mg) * p.out_plane;
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, p.in_plane, cg, 1.0f,
                     w + g * cg * rows, rows, x + (n * p.channels + g * cg) * p.in_plane, p.in_plane,
-                    0.0f, p.direct ? yg : col_.data(), p.in_plane);
-        if (!p.direct) col2im(p, col_.data(), yg, mg, threads_);
+                    0.0f, p.unit_window ? yg : col_.data(), p.in_plane);
+        if (!p.unit_window) col2im(p, col_.data(), yg, mg, threads_);
       }
       epilogue_.apply(n, inputs, outputs);
     }
@@ -149,48 +143,15 @@ class ConvTransposeKernel : public Kernel {
 
 std::unique_ptr<Kernel> compile_conv_transpose(const Graph& g, NodeId head, int threads) {
   const Node& node = g.node(head);
-  ConvTransposePlan p;
-  p.x = Operand::of(g, node.input(0), "ConvTranspose X");
-  p.w = Operand::of(g, node.input(1), "ConvTranspose W");
+  ConvTransposePlan p = parse_conv_operands(g, node);
   const Shape& x = g.value(node.input(0)).shape;
   const Shape& w = g.value(node.input(1)).shape;
-  const Shape& y = g.value(node.outputs.at(0)).shape;
-  if (x.size() < 3 || x.size() > 5 || w.size() != x.size())
-    fail(ErrorKind::kUnsupported, "blas: ConvTranspose '{}' of rank {} (1-D to 3-D only)",
-         node.name, x.size());
-  p.batch = x[0];
-  p.channels = x[1];
-  p.group = node.attr_int("group", 1);
-  if (p.group <= 0 || w[0] != p.channels || p.channels % p.group)
+  if (w[0] != p.channels)
     fail(ErrorKind::kUnsupported, "blas: ConvTranspose '{}' has inconsistent groups", node.name);
   p.filters = w[1] * p.group;
   const std::vector<int64_t> kernel(w.begin() + 2, w.end());
-  const Window win = transpose_window(node, Shape(x.begin() + 2, x.end()), kernel);
-  p.direct = true;
-  for (size_t i = 0; i < win.rank(); ++i)
-    p.direct = p.direct && win.kernel[i] == 1 && win.stride[i] == 1 && win.pad_begin[i] == 0 &&
-               win.pad_end[i] == 0 && win.out[i] == win.in[i];
-  p.win = win.as_3d();
-  p.in_plane = p.win.in[0] * p.win.in[1] * p.win.in[2];
-  p.out_plane = p.win.out[0] * p.win.out[1] * p.win.out[2];
-  p.taps = p.win.kernel[0] * p.win.kernel[1] * p.win.kernel[2];
-  Shape expected = {p.batch, p.filters};
-  expected.insert(expected.end(), win.out.begin(), win.out.end());
-  if (expected != y)
-    fail(ErrorKind::kInternal, "blas: ConvTranspose '{}' geometry gives {}, shape inference {}",
-         node.name, shape_to_string(expected), shape_to_string(y));
-  if (shape_numel(y) == 0 || shape_numel(x) == 0)
-    fail(ErrorKind::kUnsupported, "blas: empty ConvTranspose '{}'", node.name);
-
-  std::vector<HeadAddend> addends;
-  if (node.input(2) != kNoValue) {
-    const Value& bias = g.value(node.input(2));
-    if (!bias.is_constant())
-      fail(ErrorKind::kUnsupported, "blas: ConvTranspose '{}' has a computed bias", node.name);
-    Shape per_channel(x.size() - 1, 1);
-    per_channel[0] = p.filters;
-    addends.push_back({bias.constant.reshaped(per_channel), -1});
-  }
+  set_conv_window(p, transpose_window(node, Shape(x.begin() + 2, x.end()), kernel), g, node);
+  std::vector<HeadAddend> addends = conv_bias_addends(g, node, p);
   Epilogue epilogue = Epilogue::build(g, head, {p.batch, p.filters, p.out_plane}, addends, threads);
   return std::make_unique<ConvTransposeKernel>(std::move(p), std::move(epilogue), threads);
 }

@@ -16,6 +16,7 @@
 #include "backends/halide/cache_stats.h"
 #include "collage/backend.h"
 #include "collage/session.h"
+#include "unit/backend_test_util.h"
 #include "unit/graph_builder.h"
 
 namespace collage {
@@ -25,6 +26,7 @@ using testing::attr_f;
 using testing::attr_i;
 using testing::attr_ints;
 using testing::GraphBuilder;
+using testing::pick;
 using testing::run_backend_and_reference;
 using testing::tolerance_ratio;
 
@@ -33,13 +35,7 @@ Backend& halide() {
 }
 
 void expect_like_reference(const Graph& g, const std::string& what, uint64_t seed = 3) {
-  SCOPED_TRACE(what);
-  auto [got, want] = run_backend_and_reference(halide(), g, seed);
-  EXPECT_LE(tolerance_ratio(got, want), 1.0) << what;
-}
-
-int64_t pick(std::mt19937& rng, int64_t lo, int64_t hi) {
-  return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  testing::expect_like_reference(halide(), g, what, seed);
 }
 
 Shape random_shape(std::mt19937& rng, int rank) {

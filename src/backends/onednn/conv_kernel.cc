@@ -1,6 +1,6 @@
 // Conv and ConvTranspose on oneDNN's (de)convolution primitives. Weights are reordered once
 // to the layout the primitive prefers (blocked, format_tag::any); activations are
-// reordered at the kernel boundary only when the primitive prefers a blocked layout.
+// reordered only where they are not already in the layout the primitive prefers.
 #include <numeric>
 
 #include "backends/onednn/epilogue.h"
@@ -115,7 +115,7 @@ dnnl::memory::desc weights_view(const Shape& w, int64_t group, bool transposed) 
 
 }  // namespace
 
-std::unique_ptr<Kernel> compile_conv(const Graph& sub) {
+void emit_conv(const Graph& sub, ValueMemories& values) {
   const Node& node = sub.node(0);
   const bool transposed = node.op_type == "ConvTranspose";
   const ValueId x = node.input(0), w = node.input(1), b = node.input(2);
@@ -132,8 +132,7 @@ std::unique_ptr<Kernel> compile_conv(const Graph& sub) {
   if (xs.size() < 3 || xs.size() > 5 || ws.size() != xs.size())
     fail(ErrorKind::kUnsupported, "onednn: conv of rank {}", xs.size());
   const int64_t group = node.attr_int("group", 1);
-  const int xi = input_index(sub, x);
-  if (xi < 0) fail(ErrorKind::kUnsupported, "onednn: conv input is not a kernel input");
+  if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: conv input is not a kernel input");
 
   std::vector<bool> covered(sub.num_nodes(), false);
   covered[0] = true;
@@ -156,11 +155,9 @@ std::unique_ptr<Kernel> compile_conv(const Graph& sub) {
   const Geometry geo = transposed ? transposed_geometry(node, in_spatial, k, out_spatial)
                                   : forward_geometry(node, in_spatial, k, out_spatial);
 
-  Program program;
-  dnnl::memory x_user = program.input(xi, plain_md(xs));
-  dnnl::memory y_user = program.output(0, plain_md(ys));
+  Program& program = values.program();
   BoundPostOps post = bind_post_ops(
-      tail.ops, sub, ys, [](const Shape& s) { return std::optional<Shape>(s); }, program);
+      tail.ops, ys, [](const Shape& s) { return std::optional<Shape>(s); }, values);
   dnnl::primitive_attr attr = base_attr();
   attr.set_post_ops(post.ops);
 
@@ -198,9 +195,19 @@ std::unique_ptr<Kernel> compile_conv(const Graph& sub) {
 
   dnnl::memory weights =
       program.constant(sub.value(w).constant, w_view, pd->query_md(dnnl::query::weights_md));
-  dnnl::memory src = program.in_layout(x_user, pd->query_md(dnnl::query::src_md));
-  dnnl::memory dst = program.staging_for(y_user, pd->query_md(dnnl::query::dst_md));
-  if (post.residual) program.copy(post.residual, dst);
+  // The primitive chose its layouts (format_tag::any): the input is reordered only when it
+  // is not already in the chosen one, and the output stays in it for readers in a region.
+  dnnl::memory src = values.read(x, pd->query_md(dnnl::query::src_md));
+  const dnnl::memory::desc chosen_dst = pd->query_md(dnnl::query::dst_md);
+  dnnl::memory dst;
+  if (post.residual &&
+      values.can_overwrite(post.residual_value, post.residual, tail.out, chosen_dst) &&
+      post.residual.get_data_handle() != src.get_data_handle()) {
+    dst = post.residual;  // the residual is dead after this sum: accumulate onto it
+  } else {
+    dst = values.destination(tail.out, chosen_dst);
+    if (post.residual) program.copy(post.residual, dst);
+  }
   std::vector<std::pair<int, dnnl::memory>> args = {
       {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
   if (has_bias) {
@@ -209,8 +216,11 @@ std::unique_ptr<Kernel> compile_conv(const Graph& sub) {
   }
   args.insert(args.end(), post.args.begin(), post.args.end());
   program.add(prim, *pd, std::move(args));
-  program.finish_output(dst, y_user);
-  return std::make_unique<ProgramKernel>(std::move(program));
+  values.produced(tail.out, dst);
+}
+
+std::unique_ptr<Kernel> compile_conv(const Graph& sub) {
+  return compile_group(sub, emit_conv);
 }
 
 }  // namespace collage::onednn

@@ -115,14 +115,6 @@ dnnl::memory Program::in_layout(const dnnl::memory& from, const dnnl::memory::de
   return m;
 }
 
-dnnl::memory Program::staging_for(const dnnl::memory& out, const dnnl::memory::desc& md) {
-  return out.get_desc() == md ? out : buffer(md);
-}
-
-void Program::finish_output(const dnnl::memory& staged, const dnnl::memory& out) {
-  if (staged.get() != out.get()) copy(staged, out);
-}
-
 void Program::copy(const dnnl::memory& from, const dnnl::memory& to) {
   dnnl::primitive_attr attr = base_attr();
   auto pd = create_pd("reorder", [&] {
@@ -142,6 +134,12 @@ void Program::add(const dnnl::primitive& primitive, const dnnl::primitive_desc_b
   }
   step.scratchpad_md = pd.scratchpad_desc();
   steps_.push_back(std::move(step));
+}
+
+void Program::rollback(const Mark& mark) {
+  inputs_.resize(mark.inputs);
+  outputs_.resize(mark.outputs);
+  steps_.resize(mark.steps);
 }
 
 void Program::finalize() {
@@ -175,14 +173,14 @@ int input_index(const Graph& subgraph, ValueId value) {
   return it == subgraph.inputs.end() ? -1 : static_cast<int>(it - subgraph.inputs.begin());
 }
 
-int output_index(const Graph& subgraph, ValueId value) {
-  auto it = std::find(subgraph.outputs.begin(), subgraph.outputs.end(), value);
-  return it == subgraph.outputs.end() ? -1 : static_cast<int>(it - subgraph.outputs.begin());
-}
-
 void require_f32(const Graph& graph, ValueId value, const char* what) {
   if (value == kNoValue || graph.value(value).dtype != DType::kFloat32)
     fail(ErrorKind::kUnsupported, "onednn: {} must be float32", what);
+}
+
+bool is_plain(const dnnl::memory::desc& md) {
+  const Dims dims = md.dims();
+  return md.data_type() == dt::f32 && md == plain_md(Shape(dims.begin(), dims.end()));
 }
 
 }  // namespace collage::onednn

@@ -69,15 +69,19 @@ class Program {
                         const dnnl::memory::desc& to);
   // `from` itself when it already has layout `md`, else a buffer filled by a reorder step.
   dnnl::memory in_layout(const dnnl::memory& from, const dnnl::memory::desc& md);
-  // The memory a primitive should write for output memory `out` when it prefers `md`: `out`
-  // when the layouts agree; else a buffer, and finish_output() adds the reorder to `out`.
-  dnnl::memory staging_for(const dnnl::memory& out, const dnnl::memory::desc& md);
-  void finish_output(const dnnl::memory& staged, const dnnl::memory& out);
   // Adds a reorder step (layout conversion or plain copy).
   void copy(const dnnl::memory& from, const dnnl::memory& to);
   // Adds an execution of `primitive`; `pd` supplies its scratchpad size.
   void add(const dnnl::primitive& primitive, const dnnl::primitive_desc_base& pd,
            std::vector<std::pair<int, dnnl::memory>> args);
+
+  // A point to roll back to: an emitter that throws after adding steps (a fused group
+  // oneDNN refuses late) must not leave half a group in a program that goes on.
+  struct Mark {
+    size_t inputs = 0, outputs = 0, steps = 0;
+  };
+  Mark mark() const { return {inputs_.size(), outputs_.size(), steps_.size()}; }
+  void rollback(const Mark& mark);
 
   // Allocates the scratchpad the steps share (they run one after another). Call once, last.
   void finalize();
@@ -110,9 +114,9 @@ class ProgramKernel : public Kernel {
 
 // Index of `value` in subgraph.inputs, or -1.
 int input_index(const Graph& subgraph, ValueId value);
-// Index of `value` in subgraph.outputs, or -1.
-int output_index(const Graph& subgraph, ValueId value);
 // Throws kUnsupported unless `value` is float32.
 void require_f32(const Graph& graph, ValueId value, const char* what);
+// True when `md` is dense row-major over its own dims (what plain_md describes).
+bool is_plain(const dnnl::memory::desc& md);
 
 }  // namespace collage::onednn

@@ -31,7 +31,7 @@ std::optional<TailStep> first_step(const Graph& sub, const Consumers& consumers,
 
 }  // namespace
 
-std::unique_ptr<Kernel> compile_elementwise(const Graph& sub) {
+void emit_elementwise(const Graph& sub, ValueMemories& values) {
   const Consumers consumers = sub.consumers();
   ValueId x = kNoValue;
   std::optional<TailStep> head = first_step(sub, consumers, &x);
@@ -55,14 +55,15 @@ std::unique_ptr<Kernel> compile_elementwise(const Graph& sub) {
     first.constant = Tensor::scalar(0.0f);
     first.operand_shape = Shape(shape.size(), 1);
   }
-  const int xi = input_index(sub, x);
-  if (xi < 0) fail(ErrorKind::kUnsupported, "onednn: elementwise input is not a kernel input");
-  Program program;
-  const dnnl::memory::desc md = plain_md(shape);
-  dnnl::memory x_mem = program.input(xi, md);
-  dnnl::memory y_mem = program.output(0, md);
+  if (!values.has(x))
+    fail(ErrorKind::kUnsupported, "onednn: elementwise input is not a kernel input");
+  Program& program = values.program();
+  // Source and result in the layout x already has.
+  dnnl::memory x_mem = values.as_is(x, shape);
+  const dnnl::memory::desc md = x_mem.get_desc();
+  dnnl::memory y_mem = values.destination(tail.out, md);
   auto same = [](const Shape& s) { return std::optional<Shape>(s); };
-  BoundPostOps post = bind_post_ops(ops, sub, shape, same, program, /*allow_sum=*/false);
+  BoundPostOps post = bind_post_ops(ops, shape, same, values, /*allow_sum=*/false);
   dnnl::primitive_attr attr = base_attr();
   attr.set_post_ops(post.ops);
   const auto inference = dnnl::prop_kind::forward_inference;
@@ -79,14 +80,15 @@ std::unique_ptr<Kernel> compile_elementwise(const Graph& sub) {
     pd = std::make_shared<dnnl::eltwise_forward::primitive_desc>(p);
     args.emplace_back(DNNL_ARG_SRC, x_mem);
   } else {
-    const dnnl::memory::desc md1 = plain_md(first.operand_shape);
+    dnnl::memory::desc md1 = plain_md(first.operand_shape);
     dnnl::memory src1;
     if (first.constant.defined()) {
       src1 = program.constant(first.constant, md1, md1);
+    } else if (first.operand_shape == shape) {
+      src1 = values.read(first.operand, md);  // both sources in one layout
+      md1 = md;
     } else {
-      const int i = input_index(sub, first.operand);
-      if (i < 0) fail(ErrorKind::kUnsupported, "onednn: binary operand is not a kernel input");
-      src1 = program.input(i, md1);
+      src1 = values.view(first.operand, md1);
     }
     auto p = create_pd("binary", [&] {
       return dnnl::binary::primitive_desc(dnnl::binary::desc(first.alg, md, md1, md), attr,
@@ -102,7 +104,11 @@ std::unique_ptr<Kernel> compile_elementwise(const Graph& sub) {
   if (post.residual) program.copy(post.residual, y_mem);
   args.insert(args.end(), post.args.begin(), post.args.end());
   program.add(prim, *pd, std::move(args));
-  return std::make_unique<ProgramKernel>(std::move(program));
+  values.produced(tail.out, y_mem);
+}
+
+std::unique_ptr<Kernel> compile_elementwise(const Graph& sub) {
+  return compile_group(sub, emit_elementwise);
 }
 
 }  // namespace collage::onednn

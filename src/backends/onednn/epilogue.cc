@@ -319,9 +319,8 @@ static std::vector<PostOp> fold_for_injector(const std::vector<PostOp>& ops) {
   return folded;
 }
 
-BoundPostOps bind_post_ops(const std::vector<PostOp>& unfolded, const Graph& subgraph,
-                           const Shape& dst_shape, const ShapeMapper& map, Program& program,
-                           bool allow_sum) {
+BoundPostOps bind_post_ops(const std::vector<PostOp>& unfolded, const Shape& dst_shape,
+                           const ShapeMapper& map, ValueMemories& values, bool allow_sum) {
   BoundPostOps bound;
   auto mapped = [&](const Shape& s) {
     std::optional<Shape> m = map(s);
@@ -339,19 +338,19 @@ BoundPostOps bind_post_ops(const std::vector<PostOp>& unfolded, const Graph& sub
       continue;
     }
     const bool runtime = op.operand != kNoValue;
-    const int input = runtime ? input_index(subgraph, op.operand) : -1;
-    if (runtime && input < 0)
-      fail(ErrorKind::kUnsupported, "onednn: post-op operand is not a kernel input");
     if (allow_sum && runtime && !bound.residual && op.operand_shape == dst_shape &&
         op.alg == dnnl::algorithm::binary_add) {
-      // dst = result + dst, with the residual copied into dst first.
+      // dst = result + dst, with the residual copied into dst first (from whatever layout
+      // it is in: the copy is a reorder).
       bound.ops.append_sum(1.0f);
-      bound.residual = program.input(input, plain_md(mapped(dst_shape)));
+      bound.residual = values.as_is(op.operand, mapped(dst_shape));
+      bound.residual_value = op.operand;
       ++index;
       continue;
     }
     dnnl::memory::desc md = plain_md(mapped(op.operand_shape));
-    dnnl::memory m = runtime ? program.input(input, md) : program.constant(op.constant, md, md);
+    dnnl::memory m =
+        runtime ? values.view(op.operand, md) : values.program().constant(op.constant, md, md);
     bound.ops.append_binary(op.alg, md);
     bound.args.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1, m);
     ++index;

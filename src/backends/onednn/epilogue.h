@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/onednn/dnnl_common.h"
+#include "backends/onednn/value_memories.h"
 
 namespace collage::onednn {
 
@@ -59,20 +60,20 @@ struct BoundPostOps {
   dnnl::post_ops ops;
   std::vector<std::pair<int, dnnl::memory>> args;  // binary operands
   dnnl::memory residual;  // when set: copy it into dst before executing (sum post-op)
+  ValueId residual_value = kNoValue;
 };
 
 // Maps an operand shape (padded to the output rank) to the primitive's dst dims, or
 // nullopt when the kernel's view of dst can't express it (e.g. a flattened MatMul).
 using ShapeMapper = std::function<std::optional<Shape>(const Shape&)>;
 
-// `dst_shape`: the tail's (= output's) shape. Runtime operands are bound to kernel inputs
-// of `subgraph`. With `allow_sum`, the first runtime Add of a same-shape tensor becomes a
-// sum post-op (dst = result + dst, the residual copied in first). Only conv/matmul/pool
-// take it: oneDNN 2.6's binary primitive computed sign-flipped results with it (found by
-// the conformance suite on mvn_expanded), and a sum with scale -1 (Sub) misbehaved too.
-BoundPostOps bind_post_ops(const std::vector<PostOp>& ops, const Graph& subgraph,
-                           const Shape& dst_shape, const ShapeMapper& map, Program& program,
-                           bool allow_sum = true);
+// `dst_shape`: the tail's (= output's) shape. Runtime operands are read from `values`.
+// With `allow_sum`, the first runtime Add of a same-shape tensor becomes a sum post-op
+// (dst = result + dst, the residual copied in first). Only conv/matmul/pool take it:
+// oneDNN 2.6's binary primitive computed sign-flipped results with it (found by the
+// conformance suite on mvn_expanded), and a sum with scale -1 (Sub) misbehaved too.
+BoundPostOps bind_post_ops(const std::vector<PostOp>& ops, const Shape& dst_shape,
+                           const ShapeMapper& map, ValueMemories& values, bool allow_sum = true);
 
 // Removes a leading "add a constant broadcast along `axis` only" from `ops` and returns it
 // as a per-channel vector of `channels` values (a bias the primitive adds itself).

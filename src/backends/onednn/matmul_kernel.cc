@@ -92,7 +92,7 @@ PostOp add_operand(const Graph& sub, ValueId c, float beta, size_t rank) {
 
 }  // namespace
 
-std::unique_ptr<Kernel> compile_matmul(const Graph& sub) {
+void emit_matmul(const Graph& sub, ValueMemories& values) {
   const Node& node = sub.node(0);
   const bool gemm = node.op_type == "Gemm";
   const ValueId a = node.input(0), b = node.input(1), y = node.outputs[0];
@@ -145,20 +145,18 @@ std::unique_ptr<Kernel> compile_matmul(const Graph& sub) {
     b_view = plain_md(m.b);
   }
 
-  Program program;
+  Program& program = values.program();
+  // Activations row-major (a blocked one is reordered once), seen through the views.
   auto operand = [&](ValueId v, const dnnl::memory::desc& view) {
     if (sub.value(v).is_constant()) return program.constant(sub.value(v).constant, view, view);
-    const int i = input_index(sub, v);
-    if (i < 0) fail(ErrorKind::kUnsupported, "onednn: MatMul operand is not a kernel input");
-    return program.input(i, view);
+    return values.view(v, view);
   };
   dnnl::memory a_mem = operand(a, a_view);
-  dnnl::memory y_user = program.output(0, plain_md(m.dst));
 
   std::optional<std::vector<float>> bias;
   if (m.has_n && !output_scale && !ys.empty())
     bias = take_channel_bias(tail.ops, m.n_axis, ys[m.n_axis]);
-  BoundPostOps post = bind_post_ops(tail.ops, sub, ys, m.map, program);
+  BoundPostOps post = bind_post_ops(tail.ops, ys, m.map, values);
   dnnl::primitive_attr attr = base_attr();
   attr.set_post_ops(post.ops);
   if (output_scale) attr.set_output_scales(0, {alpha});
@@ -180,16 +178,21 @@ std::unique_ptr<Kernel> compile_matmul(const Graph& sub) {
 
   dnnl::memory w_mem =
       b_const.defined() ? program.constant(b_const, b_view, pd.weights_desc()) : operand(b, b_view);
-  if (post.residual) program.copy(post.residual, y_user);
+  dnnl::memory y_mem = values.destination(tail.out, plain_md(m.dst));
+  if (post.residual) program.copy(post.residual, y_mem);
   std::vector<std::pair<int, dnnl::memory>> args = {
-      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, y_user}};
+      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, w_mem}, {DNNL_ARG_DST, y_mem}};
   if (bias) {
     Tensor t = Tensor::from_vector<float>({static_cast<int64_t>(bias->size())}, *bias);
     args.emplace_back(DNNL_ARG_BIAS, program.constant(t, bias_md, bias_md));
   }
   args.insert(args.end(), post.args.begin(), post.args.end());
   program.add(dnnl::matmul(pd), pd, std::move(args));
-  return std::make_unique<ProgramKernel>(std::move(program));
+  values.produced(tail.out, y_mem);
+}
+
+std::unique_ptr<Kernel> compile_matmul(const Graph& sub) {
+  return compile_group(sub, emit_matmul);
 }
 
 }  // namespace collage::onednn

@@ -23,8 +23,10 @@ int kernel_input(const Graph& sub, ValueId v, const char* what) {
   return i;
 }
 
-// A per-channel parameter: packed now when constant, else bound to its kernel input.
-dnnl::memory channel_param(const Graph& sub, ValueId v, int64_t channels, Program& program) {
+// A per-channel parameter: packed now when constant, else bound to its kernel input (or
+// read from `values`, for an emitter).
+dnnl::memory channel_param(const Graph& sub, ValueId v, int64_t channels, Program& program,
+                           ValueMemories* values = nullptr) {
   require_f32(sub, v, "normalization parameter");
   if (sub.value(v).constant.defined() ? sub.value(v).constant.numel() != channels
                                       : shape_numel(sub.value(v).shape) != channels)
@@ -32,10 +34,13 @@ dnnl::memory channel_param(const Graph& sub, ValueId v, int64_t channels, Progra
          shape_numel(sub.value(v).shape), channels);
   const dnnl::memory::desc md({channels}, dt::f32, tag::a);
   if (sub.value(v).is_constant()) return program.constant(sub.value(v).constant, md, md);
+  if (values) return values->view(v, md);
   return program.input(kernel_input(sub, v, "parameter"), md);
 }
 
-std::unique_ptr<Kernel> compile_batch_norm(const Graph& sub) {
+}  // namespace
+
+void emit_batch_norm(const Graph& sub, ValueMemories& values) {
   const Node& node = sub.node(0);
   const ValueId x = node.input(0), y = node.outputs[0];
   require_f32(sub, x, "BatchNormalization input");
@@ -54,20 +59,23 @@ std::unique_ptr<Kernel> compile_batch_norm(const Graph& sub) {
   if (sub.outputs != std::vector<ValueId>{out})
     fail(ErrorKind::kUnsupported, "onednn: BatchNormalization's interior value is read outside");
   const int64_t c = xs[1];
-  Program program;
-  dnnl::memory x_mem = program.input(kernel_input(sub, x, "input"), plain_md(xs));
-  dnnl::memory y_mem = program.output(0, plain_md(xs));
-  dnnl::memory scale = channel_param(sub, node.input(1), c, program);
-  dnnl::memory shift = channel_param(sub, node.input(2), c, program);
-  dnnl::memory mean = channel_param(sub, node.input(3), c, program);
-  dnnl::memory var = channel_param(sub, node.input(4), c, program);
+  Program& program = values.program();
+  if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: BatchNormalization input");
+  // In the layout x already has (blocked inside a region).
+  dnnl::memory x_mem = values.as_is(x, xs);
+  dnnl::memory y_mem = values.destination(out, x_mem.get_desc());
+  dnnl::memory scale = channel_param(sub, node.input(1), c, program, &values);
+  dnnl::memory shift = channel_param(sub, node.input(2), c, program, &values);
+  dnnl::memory mean = channel_param(sub, node.input(3), c, program, &values);
+  dnnl::memory var = channel_param(sub, node.input(4), c, program, &values);
   flags f = flags::use_global_stats | flags::use_scale | flags::use_shift;
   if (relu) f = f | flags::fuse_norm_relu;
   dnnl::primitive_attr attr = base_attr();
   auto pd = create_pd("batch normalization", [&] {
     return dnnl::batch_normalization_forward::primitive_desc(
-        dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, plain_md(xs),
-                                                node.attr_float("epsilon", 1e-5f), f),
+        dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference,
+                                                x_mem.get_desc(), node.attr_float("epsilon", 1e-5f),
+                                                f),
         attr, cpu_engine());
   });
   program.add(dnnl::batch_normalization_forward(pd), pd,
@@ -77,8 +85,10 @@ std::unique_ptr<Kernel> compile_batch_norm(const Graph& sub) {
                {DNNL_ARG_SHIFT, shift},
                {DNNL_ARG_MEAN, mean},
                {DNNL_ARG_VARIANCE, var}});
-  return std::make_unique<ProgramKernel>(std::move(program));
+  values.produced(out, y_mem);
 }
+
+namespace {
 
 // Layer normalization over the trailing `norm_size` elements of each row of `x`.
 std::unique_ptr<Kernel> layer_norm_kernel(const Graph& sub, ValueId x, ValueId gamma, ValueId beta,
@@ -289,7 +299,7 @@ std::optional<LayerNormSpec> match_layer_norm(const Graph& g, const std::vector<
 
 std::unique_ptr<Kernel> compile_norm(const Graph& sub) {
   const std::string& type = sub.node(0).op_type;
-  if (type == "BatchNormalization") return compile_batch_norm(sub);
+  if (type == "BatchNormalization") return compile_group(sub, emit_batch_norm);
   if (type == "LayerNormalization") return compile_layer_norm_op(sub);
   if (type == "Softmax" || type == "LogSoftmax") return compile_softmax(sub);
   if (type == "ReduceMean") return compile_layer_norm_decomposition(sub);

@@ -4,80 +4,12 @@
 #include <algorithm>
 
 #include "backends/onednn/epilogue.h"
+#include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
 #include "collage/backend.h"
 
 namespace collage::onednn {
 namespace {
-
-// Tail steps fused after one head at most (a bias Add, a GELU, a residual Add, a Relu...).
-constexpr int kMaxTail = 6;
-
-const std::vector<std::string> kUnaryOps = {
-    "Relu", "LeakyRelu", "Sigmoid",   "Tanh", "Elu",   "Exp",        "Log",         "Sqrt", "Abs",
-    "Neg",  "Softplus",  "HardSwish", "Mish", "Round", "Reciprocal", "HardSigmoid", "Gelu", "Clip"};
-const std::vector<std::string> kBinaryOps = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"};
-
-bool is_f32(const Graph& g, ValueId v) {
-  return v != kNoValue && g.value(v).dtype == DType::kFloat32;
-}
-
-// Ops whose primitive takes post-ops, judged on the node alone (compile() checks the rest).
-bool primitive_head(const Graph& g, const Node& n) {
-  if (!n.domain.empty() || n.outputs.empty() || !is_f32(g, n.input(0)) || !is_f32(g, n.outputs[0]))
-    return false;
-  const std::string& t = n.op_type;
-  if (t == "Conv" || t == "ConvTranspose")
-    return g.value(n.input(1)).is_constant() &&
-           (n.input(2) == kNoValue || g.value(n.input(2)).is_constant());
-  if (t == "MatMul" || t == "Gemm") return is_f32(g, n.input(1));
-  if (t == "MaxPool") return n.outputs.size() == 1 || n.outputs[1] == kNoValue;
-  return t == "AveragePool" || t == "GlobalMaxPool" || t == "GlobalAveragePool";
-}
-
-// An elementwise node this backend runs on its own, reading `*x`.
-bool elementwise_head(const Graph& g, const Node& n, ValueId* x = nullptr) {
-  for (ValueId in : n.inputs) {
-    if (in == kNoValue || g.value(in).is_constant()) continue;
-    if (node_post_ops(g, n, in)) {
-      if (x) *x = in;
-      return true;
-    }
-  }
-  return false;
-}
-
-std::vector<NodeId> sorted(std::vector<NodeId> v) {
-  std::sort(v.begin(), v.end());
-  return v;
-}
-
-// Every head (primitive, elementwise node, exported GELU) with each prefix of its tail.
-std::vector<Match> grow_tails(const Graph& g) {
-  const Consumers consumers = g.consumers();
-  std::vector<Match> out;
-  auto grow = [&](std::vector<NodeId> region, ValueId cur) {
-    for (int k = 0; k < kMaxTail; ++k) {
-      std::optional<TailStep> step = next_tail_step(g, consumers, cur);
-      if (!step) break;
-      region.insert(region.end(), step->nodes.begin(), step->nodes.end());
-      cur = step->out;
-      out.push_back(Match{sorted(region)});
-    }
-  };
-  for (size_t h = 0; h < g.num_nodes(); ++h) {
-    const Node& n = g.node(static_cast<NodeId>(h));
-    if (primitive_head(g, n) || elementwise_head(g, n))
-      grow({static_cast<NodeId>(h)}, n.outputs[0]);
-  }
-  for (size_t v = 0; v < g.num_values(); ++v) {
-    std::optional<TailStep> gelu = match_gelu(g, consumers, static_cast<ValueId>(v), false);
-    if (!gelu) continue;
-    out.push_back(Match{gelu->nodes});
-    grow(gelu->nodes, gelu->out);
-  }
-  return out;
-}
 
 Pattern gelu_pattern() {
   Pattern scaled = op_in({"Div", "Mul"}, {any(), constant()});
@@ -146,8 +78,8 @@ class OnednnBackend : public Backend {
          {}},
         {"LayerNormalization", op("LayerNormalization").where(f32, "float32"), {}},
         {"Softmax", op_in({"Softmax", "LogSoftmax"}).where(f32, "float32"), {}},
-        {"Eltwise", op_in(kUnaryOps).where(elementwise, "float32, constant parameters"), {}},
-        {"Binary", op_in(kBinaryOps).where(elementwise, "float32, one operand broadcast"), {}},
+        {"Eltwise", op_in(unary_ops()).where(elementwise, "float32, constant parameters"), {}},
+        {"Binary", op_in(binary_ops()).where(elementwise, "float32, one operand broadcast"), {}},
         {"GeluErf", gelu_pattern(), gelu_check},
         {"LayerNormDecomposition", layer_norm_pattern(), layer_norm_check},
     };

@@ -1,12 +1,12 @@
-// Max/Average pooling (and their Global forms) on pooling_v2 (which knows dilation), on
-// row-major activations: oneDNN's pooling runs well on NCHW and a reorder each way
-// would cost more than it saves.
+// Max/Average pooling (and their Global forms) on pooling_v2 (which knows dilation), in
+// the layout its input already has: oneDNN's pooling runs well on NCHW and a reorder each
+// way would cost more than it saves, while inside a region the input is often blocked.
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/kernels.h"
 
 namespace collage::onednn {
 
-std::unique_ptr<Kernel> compile_pool(const Graph& sub) {
+void emit_pool(const Graph& sub, ValueMemories& values) {
   const Node& node = sub.node(0);
   const std::string& type = node.op_type;
   const bool global = type == "GlobalMaxPool" || type == "GlobalAveragePool";
@@ -22,8 +22,7 @@ std::unique_ptr<Kernel> compile_pool(const Graph& sub) {
   if (xs.size() < 3 || xs.size() > 5)
     fail(ErrorKind::kUnsupported, "onednn: pool of rank {}", xs.size());
   const size_t nd = xs.size() - 2;
-  const int xi = input_index(sub, x);
-  if (xi < 0) fail(ErrorKind::kUnsupported, "onednn: pool input is not a kernel input");
+  if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: pool input is not a kernel input");
 
   Dims kernel, strides, dilates, pad_l, pad_r;
   const bool include_pad = !is_max && node.attr_int("count_include_pad", 0) != 0;
@@ -70,11 +69,13 @@ std::unique_ptr<Kernel> compile_pool(const Graph& sub) {
   std::vector<bool> covered(sub.num_nodes(), false);
   covered[0] = true;
   Tail tail = parse_tail(sub, y, covered);
-  Program program;
-  dnnl::memory x_user = program.input(xi, plain_md(xs));
-  dnnl::memory y_user = program.output(0, plain_md(ys));
+  Program& program = values.program();
+  const dnnl::memory src = values.as_is(x, xs);
+  // The output in the input's layout (format_tag::any follows the source for pooling).
+  const dnnl::memory::desc dst_md =
+      is_plain(src.get_desc()) ? plain_md(ys) : dnnl::memory::desc(to_dims(ys), dt::f32, tag::any);
   BoundPostOps post = bind_post_ops(
-      tail.ops, sub, ys, [](const Shape& s) { return std::optional<Shape>(s); }, program);
+      tail.ops, ys, [](const Shape& s) { return std::optional<Shape>(s); }, values);
   dnnl::primitive_attr attr = base_attr();
   attr.set_post_ops(post.ops);
   const dnnl::algorithm alg = is_max        ? dnnl::algorithm::pooling_max
@@ -82,17 +83,22 @@ std::unique_ptr<Kernel> compile_pool(const Graph& sub) {
                                             : dnnl::algorithm::pooling_avg_exclude_padding;
   auto pd = create_pd("pooling", [&] {
     return dnnl::pooling_v2_forward::primitive_desc(
-        dnnl::pooling_v2_forward::desc(dnnl::prop_kind::forward_inference, alg, plain_md(xs),
-                                       plain_md(ys), strides, kernel, dilates, pad_l, pad_r),
+        dnnl::pooling_v2_forward::desc(dnnl::prop_kind::forward_inference, alg, src.get_desc(),
+                                       dst_md, strides, kernel, dilates, pad_l, pad_r),
         attr, cpu_engine());
   });
   if (sub.num_nodes() > 1 && is_reference_impl(pd.impl_info_str()))
     fail(ErrorKind::kUnsupported, "onednn: no optimized pooling with these post-ops");
-  if (post.residual) program.copy(post.residual, y_user);
-  std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_SRC, x_user}, {DNNL_ARG_DST, y_user}};
+  dnnl::memory dst = values.destination(tail.out, pd.dst_desc());
+  if (post.residual) program.copy(post.residual, dst);
+  std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
   args.insert(args.end(), post.args.begin(), post.args.end());
   program.add(dnnl::pooling_v2_forward(pd), pd, std::move(args));
-  return std::make_unique<ProgramKernel>(std::move(program));
+  values.produced(tail.out, dst);
+}
+
+std::unique_ptr<Kernel> compile_pool(const Graph& sub) {
+  return compile_group(sub, emit_pool);
 }
 
 }  // namespace collage::onednn

@@ -11,6 +11,7 @@
 
 #include "collage/backend.h"
 #include "collage/session.h"
+#include "unit/backend_test_util.h"
 #include "unit/graph_builder.h"
 
 namespace collage {
@@ -20,7 +21,10 @@ using testing::attr_f;
 using testing::attr_i;
 using testing::attr_ints;
 using testing::attr_s;
+using testing::compile_error;
+using testing::expect_like_reference;
 using testing::GraphBuilder;
+using testing::pick;
 using testing::run_backend_and_reference;
 using testing::tolerance_ratio;
 using Attrs = std::map<std::string, Attribute>;
@@ -32,29 +36,10 @@ Backend& torch_graph() {
   return BackendRegistry::global().get("torch-graph");
 }
 
-// Compiles the whole graph on `backend` and compares with the reference (rtol 1e-3).
-void expect_like_reference(Backend& backend, const Graph& g, const std::string& what) {
-  SCOPED_TRACE(backend.name() + ": " + what);
-  auto [got, want] = run_backend_and_reference(backend, g);
-  EXPECT_LE(tolerance_ratio(got, want), 1.0) << backend.name() << ": " << what;
-}
 // Op-level patterns are TorchScript-able too: every such graph is checked on both.
 void expect_both_like_reference(const Graph& g, const std::string& what) {
   expect_like_reference(torch_ops(), g, what);
   expect_like_reference(torch_graph(), g, what);
-}
-
-ErrorKind compile_error(Backend& backend, const Graph& g) {
-  try {
-    backend.compile(g);
-  } catch (const Error& e) {
-    return e.kind();
-  }
-  return ErrorKind::kInternal;  // compiled: reads as a failed expectation
-}
-
-int64_t pick(std::mt19937& rng, int64_t lo, int64_t hi) {
-  return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
 }
 
 bool has_match(Backend& backend, const Graph& g, const std::vector<ValueId>& outputs_of) {

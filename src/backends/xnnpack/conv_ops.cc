@@ -14,7 +14,7 @@ OperatorSpec conv_operator(const Graph& subgraph, const Node& node, const ClampR
           w.pad_top, w.pad_right, w.pad_bottom, w.pad_left, w.kernel_h, w.kernel_w, w.stride_h,
           w.stride_w, w.dilation_h, w.dilation_w, p.groups, p.group_input_channels,
           p.group_output_channels, x[1], y[1], p.weights_ohwi.data(),
-          p.bias.empty() ? nullptr : p.bias.data(), clamp.min, clamp.max, 0, &op),
+          p.bias.empty() ? nullptr : p.bias.data(), clamp.min, clamp.max, kOperatorFlags, &op),
       "create convolution");
   OperatorSpec spec;
   spec.op.reset(op);

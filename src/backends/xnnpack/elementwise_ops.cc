@@ -57,7 +57,7 @@ OperatorSpec binary_operator(const Graph& subgraph, const Node& node, const Clam
   std::vector<size_t> a = dims_of(node, subgraph.value(node.inputs[0]).shape);
   std::vector<size_t> b = dims_of(node, subgraph.value(node.inputs[1]).shape);
   xnn_operator_t op = nullptr;
-  check_status(create(clamp.min, clamp.max, 0, &op), "create binary operator");
+  check_status(create(clamp.min, clamp.max, kOperatorFlags, &op), "create binary operator");
   OperatorSpec spec;
   spec.op.reset(op);
   spec.what = "binary elementwise";
@@ -78,12 +78,13 @@ OperatorSpec unary_operator(const Graph& subgraph, const Node& node) {
   xnn_operator_t op = nullptr;
   if (is_clamp_op(node)) {
     ClampRange r = clamp_range(subgraph, node);
-    check_status(xnn_create_clamp_nc_f32(numel, numel, numel, r.min, r.max, 0, &op),
+    check_status(xnn_create_clamp_nc_f32(numel, numel, numel, r.min, r.max, kOperatorFlags, &op),
                  "create clamp");
     return nc_operator(subgraph, node, op, xnn_setup_clamp_nc_f32, 1);
   }
   if (node.op_type == "Sigmoid") {
-    check_status(xnn_create_sigmoid_nc_f32(numel, numel, numel, 0, &op), "create sigmoid");
+    check_status(xnn_create_sigmoid_nc_f32(numel, numel, numel, kOperatorFlags, &op),
+                 "create sigmoid");
     return nc_operator(subgraph, node, op, xnn_setup_sigmoid_nc_f32, 1);
   }
   if (node.op_type == "Softmax") {
@@ -92,7 +93,7 @@ OperatorSpec unary_operator(const Graph& subgraph, const Node& node) {
       fail(ErrorKind::kUnsupported,
            "xnnpack: Softmax '{}' does not reduce over contiguous trailing elements", node.name);
     size_t n = static_cast<size_t>(*row);
-    check_status(xnn_create_softmax_nc_f32(n, n, n, 0, &op), "create softmax");
+    check_status(xnn_create_softmax_nc_f32(n, n, n, kOperatorFlags, &op), "create softmax");
     return nc_operator(subgraph, node, op, xnn_setup_softmax_nc_f32, numel / n);
   }
   fail(ErrorKind::kUnsupported, "xnnpack: no unary operator for {}", node.op_type);

@@ -7,11 +7,11 @@ OperatorSpec fully_connected_operator(const Graph& subgraph, const Node& node,
   FullyConnectedParams p = fully_connected_params(subgraph, node);
   xnn_operator_t op = nullptr;
   // Weights are [N, K] (no XNN_FLAG_TRANSPOSE_WEIGHTS); packed by XNNPACK here.
-  check_status(
-      xnn_create_fully_connected_nc_f32(
-          p.input_channels, p.output_channels, p.input_channels, p.output_channels,
-          p.weights.data(), p.bias.empty() ? nullptr : p.bias.data(), clamp.min, clamp.max, 0, &op),
-      "create fully connected");
+  check_status(xnn_create_fully_connected_nc_f32(
+                   p.input_channels, p.output_channels, p.input_channels, p.output_channels,
+                   p.weights.data(), p.bias.empty() ? nullptr : p.bias.data(), clamp.min, clamp.max,
+                   kOperatorFlags, &op),
+               "create fully connected");
   OperatorSpec spec;
   spec.op.reset(op);
   spec.what = "fully connected";

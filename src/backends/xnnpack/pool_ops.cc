@@ -15,7 +15,7 @@ OperatorSpec pool_operator(const Graph& subgraph, const Node& node, const ClampR
   if (node.op_type == "GlobalAveragePool") {
     spec.what = "global average pooling";
     check_status(xnn_create_global_average_pooling_nwc_f32(channels, channels, channels, clamp.min,
-                                                           clamp.max, 0, &op),
+                                                           clamp.max, kOperatorFlags, &op),
                  "create global average pooling");
     // [N, 1, 1, C] is the same sequence as NCHW's [N, C, 1, 1]: no output transpose.
     spec.output_staged_nhwc = false;
@@ -29,10 +29,10 @@ OperatorSpec pool_operator(const Graph& subgraph, const Node& node, const ClampR
   Window2d w = pool_window(subgraph, node);
   if (node.op_type == "MaxPool") {
     spec.what = "max pooling";
-    check_status(xnn_create_max_pooling2d_nhwc_f32(w.pad_top, w.pad_right, w.pad_bottom, w.pad_left,
-                                                   w.kernel_h, w.kernel_w, w.stride_h, w.stride_w,
-                                                   w.dilation_h, w.dilation_w, channels, channels,
-                                                   channels, clamp.min, clamp.max, 0, &op),
+    check_status(xnn_create_max_pooling2d_nhwc_f32(
+                     w.pad_top, w.pad_right, w.pad_bottom, w.pad_left, w.kernel_h, w.kernel_w,
+                     w.stride_h, w.stride_w, w.dilation_h, w.dilation_w, channels, channels,
+                     channels, clamp.min, clamp.max, kOperatorFlags, &op),
                  "create max pooling");
     spec.setup = [op, batch, height, width](const float* const* in, float* out,
                                             pthreadpool_t pool) {
@@ -40,11 +40,11 @@ OperatorSpec pool_operator(const Graph& subgraph, const Node& node, const ClampR
     };
   } else if (node.op_type == "AveragePool") {
     spec.what = "average pooling";
-    check_status(xnn_create_average_pooling2d_nhwc_f32(w.pad_top, w.pad_right, w.pad_bottom,
-                                                       w.pad_left, w.kernel_h, w.kernel_w,
-                                                       w.stride_h, w.stride_w, channels, channels,
-                                                       channels, clamp.min, clamp.max, 0, &op),
-                 "create average pooling");
+    check_status(
+        xnn_create_average_pooling2d_nhwc_f32(
+            w.pad_top, w.pad_right, w.pad_bottom, w.pad_left, w.kernel_h, w.kernel_w, w.stride_h,
+            w.stride_w, channels, channels, channels, clamp.min, clamp.max, kOperatorFlags, &op),
+        "create average pooling");
     spec.setup = [op, batch, height, width](const float* const* in, float* out,
                                             pthreadpool_t pool) {
       return xnn_setup_average_pooling2d_nhwc_f32(op, batch, height, width, in[0], out, pool);

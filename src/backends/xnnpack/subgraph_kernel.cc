@@ -7,7 +7,7 @@ namespace collage::xnnpack {
 SubgraphKernel::SubgraphKernel(BuiltSubgraph built, std::shared_ptr<ThreadPool> pool)
     : pool_(std::move(pool)), static_data_(std::move(built.static_data)) {
   xnn_runtime_t runtime = nullptr;
-  check_status(xnn_create_runtime_v2(built.subgraph.get(), pool_->get(), 0, &runtime),
+  check_status(xnn_create_runtime_v2(built.subgraph.get(), pool_->get(), kOperatorFlags, &runtime),
                "create runtime");
   runtime_.reset(runtime);
   bool all_staged = true;

@@ -1,0 +1,51 @@
+// What the per-backend Google Benchmark programs share: a console reporter that keeps each
+// benchmark's time for the comparison table printed at the end, and the thread budget read
+// from the environment (benchmarks default to one thread: kernel speed, not scaling).
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collage/backend.h"
+#include "collage/session.h"
+
+namespace collage::bench {
+
+class TimeKeepingReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    // The median when repeated (--benchmark_repetitions), else the one run.
+    for (const Run& r : runs) {
+      if (r.error_occurred) continue;
+      const double s = r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
+      if (r.run_type == Run::RT_Aggregate && r.aggregate_name == "median")
+        seconds_[r.run_name.function_name] = s;
+      else if (r.run_type == Run::RT_Iteration && r.iterations > 0)
+        seconds_.emplace(r.run_name.function_name, s);
+    }
+  }
+
+  // Seconds per iteration of benchmark `name`, or -1 when it did not run.
+  double seconds(const std::string& name) const {
+    auto it = seconds_.find(name);
+    return it == seconds_.end() ? -1.0 : it->second;
+  }
+  const std::map<std::string, double>& all_seconds() const { return seconds_; }
+
+ private:
+  std::map<std::string, double> seconds_;
+};
+
+// Sets the thread budget (and every backend's pool) from `variable`, default 1.
+inline void set_threads_from_env(const char* variable) {
+  const char* env = std::getenv(variable);
+  set_thread_budget(env ? std::atoi(env) : 1);
+  for (Backend* b : BackendRegistry::global().all()) b->set_threads(thread_budget());
+}
+
+}  // namespace collage::bench

@@ -1,0 +1,113 @@
+#include "backends/onednn/groups.h"
+
+#include <algorithm>
+
+#include "backends/onednn/epilogue.h"
+#include "backends/onednn/kernels.h"
+
+namespace collage::onednn {
+namespace {
+
+bool is_f32(const Graph& g, ValueId v) {
+  return v != kNoValue && g.value(v).dtype == DType::kFloat32;
+}
+
+std::vector<NodeId> sorted(std::vector<NodeId> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+}  // namespace
+
+const std::vector<std::string>& unary_ops() {
+  static const std::vector<std::string> ops = {
+      "Relu", "LeakyRelu", "Sigmoid",    "Tanh",        "Elu",      "Exp",
+      "Log",  "Sqrt",      "Abs",        "Neg",         "Softplus", "HardSwish",
+      "Mish", "Round",     "Reciprocal", "HardSigmoid", "Gelu",     "Clip"};
+  return ops;
+}
+
+const std::vector<std::string>& binary_ops() {
+  static const std::vector<std::string> ops = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"};
+  return ops;
+}
+
+bool primitive_head(const Graph& g, const Node& n) {
+  if (!n.domain.empty() || n.outputs.empty() || !is_f32(g, n.input(0)) || !is_f32(g, n.outputs[0]))
+    return false;
+  const std::string& t = n.op_type;
+  if (t == "Conv" || t == "ConvTranspose")
+    return g.value(n.input(1)).is_constant() &&
+           (n.input(2) == kNoValue || g.value(n.input(2)).is_constant());
+  if (t == "MatMul" || t == "Gemm") return is_f32(g, n.input(1));
+  if (t == "MaxPool") return n.outputs.size() == 1 || n.outputs[1] == kNoValue;
+  return t == "AveragePool" || t == "GlobalMaxPool" || t == "GlobalAveragePool";
+}
+
+bool elementwise_head(const Graph& g, const Node& n, ValueId* x) {
+  for (ValueId in : n.inputs) {
+    if (in == kNoValue || g.value(in).is_constant()) continue;
+    if (node_post_ops(g, n, in)) {
+      if (x) *x = in;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<Match> grow_tails(const Graph& g) {
+  const Consumers consumers = g.consumers();
+  std::vector<Match> out;
+  auto grow = [&](std::vector<NodeId> region, ValueId cur) {
+    for (int k = 0; k < kMaxTail; ++k) {
+      std::optional<TailStep> step = next_tail_step(g, consumers, cur);
+      if (!step) break;
+      region.insert(region.end(), step->nodes.begin(), step->nodes.end());
+      cur = step->out;
+      out.push_back(Match{sorted(region)});
+    }
+  };
+  for (size_t h = 0; h < g.num_nodes(); ++h) {
+    const Node& n = g.node(static_cast<NodeId>(h));
+    if (primitive_head(g, n) || elementwise_head(g, n))
+      grow({static_cast<NodeId>(h)}, n.outputs[0]);
+  }
+  for (size_t v = 0; v < g.num_values(); ++v) {
+    std::optional<TailStep> gelu = match_gelu(g, consumers, static_cast<ValueId>(v), false);
+    if (!gelu) continue;
+    out.push_back(Match{gelu->nodes});
+    grow(gelu->nodes, gelu->out);
+  }
+  return out;
+}
+
+std::unique_ptr<Kernel> compile_group(const Graph& subgraph, Emitter emit) {
+  Program program;
+  ValueMemories values(program);
+  values.bind_plain_boundary(subgraph);
+  emit(subgraph, values);
+  return std::make_unique<ProgramKernel>(std::move(program));
+}
+
+void emit_group(const Graph& sub, ValueMemories& values) {
+  if (sub.num_nodes() == 0) fail(ErrorKind::kUnsupported, "onednn: empty group");
+  const Node& first = sub.node(0);
+  if (!first.domain.empty())
+    fail(ErrorKind::kUnsupported, "onednn: op {}.{}", first.domain, first.op_type);
+  const std::string& t = first.op_type;
+  if ((t == "Flatten" || t == "Reshape") && sub.num_nodes() == 1) {
+    require_f32(sub, first.input(0), "reshaped value");
+    values.reshape(first.outputs[0], first.input(0), sub.value(first.outputs[0]).shape);
+    return;
+  }
+  if (t == "Conv" || t == "ConvTranspose") return emit_conv(sub, values);
+  if (t == "MatMul" || t == "Gemm") return emit_matmul(sub, values);
+  if (t == "MaxPool" || t == "AveragePool" || t == "GlobalMaxPool" || t == "GlobalAveragePool")
+    return emit_pool(sub, values);
+  if (t == "BatchNormalization") return emit_batch_norm(sub, values);
+  if (t == "LayerNormalization" || t == "Softmax" || t == "LogSoftmax" || t == "ReduceMean")
+    fail(ErrorKind::kUnsupported, "onednn: {} runs only as a kernel of its own", t);
+  return emit_elementwise(sub, values);
+}
+
+}  // namespace collage::onednn

@@ -1,0 +1,32 @@
+// The groups the onednn backends run as one primitive: a head op and the elementwise tail
+// its primitive fuses as post-ops. `onednn` proposes each as a kernel; `onednn-graph`
+// covers a region with them and emits them into one program.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backends/onednn/value_memories.h"
+#include "collage/pattern.h"
+
+namespace collage::onednn {
+
+// Tail steps fused after one head at most (a bias Add, a GELU, a residual Add, a Relu...).
+constexpr int kMaxTail = 6;
+
+const std::vector<std::string>& unary_ops();
+const std::vector<std::string>& binary_ops();
+
+// Ops whose primitive takes post-ops, judged on the node alone (compile() checks the rest).
+bool primitive_head(const Graph& g, const Node& n);
+// An elementwise node this backend runs on its own, reading `*x`.
+bool elementwise_head(const Graph& g, const Node& n, ValueId* x = nullptr);
+// Every head (primitive, elementwise node, exported GELU) with each prefix of its tail.
+std::vector<Match> grow_tails(const Graph& g);
+
+// Appends group `subgraph` (node 0 its head; Flatten/Reshape alone are views) to
+// values.program(), dispatching on the head's op. Throws kUnsupported for heads without
+// an emitter (layer norm, softmax: op-level only).
+void emit_group(const Graph& subgraph, ValueMemories& values);
+
+}  // namespace collage::onednn

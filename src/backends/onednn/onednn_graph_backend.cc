@@ -1,0 +1,74 @@
+// The `onednn-graph` backend (graph-level): connected convex regions of the ops the onednn
+// backend fuses, each compiled into one program whose primitives pass activations in the
+// layouts they prefer (blocked, format_tag::any), reordering only at the region's boundary
+// where `onednn` pays a reorder into and out of every convolution.
+#include <algorithm>
+#include <set>
+
+#include "backends/onednn/groups.h"
+#include "backends/onednn/region_kernel.h"
+#include "collage/backend.h"
+
+namespace collage::onednn {
+namespace {
+
+// Regions grow one node at a time and every step is a candidate: this caps how many the
+// tuner measures per start node. Larger regions come from the graph-level search merging
+// adjacent groups, which compile() takes at any size.
+constexpr int kMaxRegionNodes = 8;
+
+std::vector<std::string> region_ops() {
+  std::vector<std::string> ops = {"Conv",
+                                  "ConvTranspose",
+                                  "MatMul",
+                                  "Gemm",
+                                  "MaxPool",
+                                  "AveragePool",
+                                  "GlobalMaxPool",
+                                  "GlobalAveragePool",
+                                  "BatchNormalization",
+                                  "Flatten",
+                                  "Reshape"};
+  for (const auto* list : {&unary_ops(), &binary_ops()})
+    for (const std::string& op : *list)
+      if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
+  return ops;
+}
+
+class OnednnGraphBackend : public Backend {
+ public:
+  std::string name() const override { return "onednn-graph"; }
+  std::string version() const override { return library_version(); }
+  BackendKind kind() const override { return BackendKind::kGraphLevel; }
+  // Same runtime as `onednn`: OpenMP, sized by the process thread budget.
+  std::string thread_model() const override { return "OpenMP"; }
+  std::vector<std::string> details() const override {
+    return {"ISA in use: " + effective_isa(),
+            "Activations stay in the primitives' preferred (blocked) layouts inside a region"};
+  }
+
+  std::vector<PatternEntry> patterns() const override {
+    // Single supported ops: regions of one node (the fusion rule yields only larger ones).
+    return {
+        {"onednn_op", op_in(region_ops()).where(region_node, "float32, fusable by onednn"), {}}};
+  }
+
+  std::vector<FusionRule> fusion_rules() const override {
+    std::set<OpKind> all_kinds = {OpKind::kElementwise,        OpKind::kBroadcast,
+                                  OpKind::kInjective,          OpKind::kReduction,
+                                  OpKind::kOutElemwiseFusable, OpKind::kOpaque};
+    return {fuse_region("onednn_region", all_kinds, kMaxRegionNodes, region_node)};
+  }
+
+  std::unique_ptr<Kernel> compile(const Graph& subgraph) override {
+    return compile_region(subgraph);
+  }
+};
+
+}  // namespace
+}  // namespace collage::onednn
+
+namespace collage {
+using OnednnGraphBackend = onednn::OnednnGraphBackend;
+COLLAGE_REGISTER_BACKEND(OnednnGraphBackend);
+}  // namespace collage

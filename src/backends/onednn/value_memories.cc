@@ -1,0 +1,137 @@
+#include "backends/onednn/value_memories.h"
+
+namespace collage::onednn {
+namespace {
+
+Shape dims_of(const dnnl::memory::desc& md) {
+  const Dims d = md.dims();
+  return Shape(d.begin(), d.end());
+}
+
+}  // namespace
+
+void ValueMemories::bind_input(ValueId v, int index, const Shape& shape) {
+  entries_[v] = Entry{BoundMemory{program_->input(index, plain_md(shape)), index, -1}, {}};
+}
+
+void ValueMemories::bind_output(ValueId v, int index, const Shape& shape) {
+  entries_[v] = Entry{BoundMemory{program_->output(index, plain_md(shape)), -1, index}, {}};
+}
+
+void ValueMemories::bind_plain_boundary(const Graph& graph) {
+  for (size_t i = 0; i < graph.inputs.size(); ++i)
+    bind_input(graph.inputs[i], static_cast<int>(i), graph.value(graph.inputs[i]).shape);
+  for (size_t i = 0; i < graph.outputs.size(); ++i)
+    bind_output(graph.outputs[i], static_cast<int>(i), graph.value(graph.outputs[i]).shape);
+}
+
+const ValueMemories::Entry& ValueMemories::entry(ValueId v) const {
+  auto it = entries_.find(v);
+  if (it == entries_.end())
+    fail(ErrorKind::kUnsupported, "onednn: value {} is not available to this kernel", v);
+  return it->second;
+}
+
+ValueMemories::Entry& ValueMemories::at(ValueId v) {
+  return const_cast<Entry&>(entry(v));
+}
+
+dnnl::memory ValueMemories::view_of(const BoundMemory& b, const dnnl::memory::desc& md) {
+  if (b.memory.get_desc() == md) return b.memory;
+  if (md.get_size() > b.memory.get_desc().get_size())
+    fail(ErrorKind::kUnsupported, "onednn: a view larger than its value");
+  if (b.input >= 0) return program_->input(b.input, md);
+  if (b.output >= 0) return program_->output(b.output, md);
+  // A program buffer: it outlives the program's steps, so its handle is stable.
+  return dnnl::memory(md, cpu_engine(), b.memory.get_data_handle());
+}
+
+BoundMemory ValueMemories::plain(ValueId v) {
+  Entry& e = at(v);
+  if (is_plain(e.primary.memory.get_desc())) return e.primary;
+  for (const BoundMemory& c : e.copies)
+    if (is_plain(c.memory.get_desc())) return c;
+  dnnl::memory m = program_->buffer(plain_md(dims_of(e.primary.memory.get_desc())));
+  program_->copy(e.primary.memory, m);
+  e.copies.push_back(BoundMemory{m});
+  return e.copies.back();
+}
+
+dnnl::memory ValueMemories::as_is(ValueId v, const Shape& shape) {
+  const dnnl::memory& m = at(v).primary.memory;
+  const Dims want = to_dims(shape);
+  if (m.get_desc().dims() == want) return m;
+  return view(v, plain_md(shape));
+}
+
+dnnl::memory ValueMemories::read(ValueId v, const dnnl::memory::desc& md) {
+  Entry& e = at(v);
+  if (e.primary.memory.get_desc() == md) return e.primary.memory;
+  for (const BoundMemory& c : e.copies)
+    if (c.memory.get_desc() == md) return c.memory;
+  if (dims_of(e.primary.memory.get_desc()) != dims_of(md)) {
+    dnnl::memory p = view(v, plain_md(dims_of(md)));
+    return program_->in_layout(p, md);
+  }
+  dnnl::memory m = program_->buffer(md);
+  program_->copy(e.primary.memory, m);
+  at(v).copies.push_back(BoundMemory{m});
+  return m;
+}
+
+dnnl::memory ValueMemories::view(ValueId v, const dnnl::memory::desc& md) {
+  return view_of(plain(v), md);
+}
+
+dnnl::memory ValueMemories::destination(ValueId v, const dnnl::memory::desc& md) {
+  auto it = entries_.find(v);
+  if (it != entries_.end()) {
+    const BoundMemory& b = it->second.primary;
+    if (b.memory.get_desc() == md) return b.memory;
+    if (is_plain(b.memory.get_desc()) && is_plain(md) &&
+        md.get_size() == b.memory.get_desc().get_size())
+      return view_of(b, md);
+  }
+  dnnl::memory m = program_->buffer(md);
+  if (it != entries_.end()) staged_[v] = m;
+  return m;
+}
+
+void ValueMemories::produced(ValueId v, const dnnl::memory& written) {
+  auto it = entries_.find(v);
+  if (it == entries_.end()) {
+    entries_[v] = Entry{BoundMemory{written}, {}};
+    return;
+  }
+  auto staged = staged_.find(v);
+  if (staged == staged_.end() || staged->second.get() != written.get()) return;
+  // Readers inside the kernel keep the producer's layout; the bound output gets a copy.
+  program_->copy(written, it->second.primary.memory);
+  it->second = Entry{BoundMemory{written}, {it->second.primary}};
+  staged_.erase(staged);
+}
+
+bool ValueMemories::can_overwrite(ValueId v, const dnnl::memory& m, ValueId out,
+                                  const dnnl::memory::desc& md) const {
+  auto it = entries_.find(v);
+  if (it == entries_.end() || has(out)) return false;
+  const Entry& e = it->second;
+  return e.last_read && !e.aliased && e.primary.input < 0 && e.primary.output < 0 &&
+         e.primary.memory.get() == m.get() && m.get_desc() == md;
+}
+
+void ValueMemories::reshape(ValueId out, ValueId in, const Shape& shape) {
+  const dnnl::memory::desc md = plain_md(shape);
+  BoundMemory src = plain(in);
+  if (has(out)) {
+    dnnl::memory dst = destination(out, md);
+    program_->copy(view_of(src, md), dst);
+    produced(out, dst);
+    return;
+  }
+  at(in).aliased = true;
+  entries_[out] = Entry{BoundMemory{view_of(src, md), src.input, src.output}, {}};
+  entries_[out].aliased = true;
+}
+
+}  // namespace collage::onednn

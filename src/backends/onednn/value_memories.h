@@ -1,0 +1,83 @@
+// Where a kernel's activations live while its Program is built. Emitters read their
+// operands from and record their results in a ValueMemories instead of binding kernel
+// inputs and outputs themselves, so one emitter serves both a single-group kernel (plain
+// memories at its boundary) and a whole region, where each value stays in the layout its
+// producer preferred and is reordered only where a consumer wants another.
+#pragma once
+
+#include <map>
+#include <vector>
+
+#include "backends/onednn/dnnl_common.h"
+
+namespace collage::onednn {
+
+// A memory holding a value. Kernel inputs and outputs get their data handle only when the
+// program runs, so a view of one must be registered with the program under the same
+// index rather than built on its (still empty) handle.
+struct BoundMemory {
+  dnnl::memory memory;
+  int input = -1, output = -1;
+};
+
+class ValueMemories {
+ public:
+  // The value in the layout its producer wrote, and the conversions made of it so far
+  // (reused by later readers instead of reordering again).
+  struct Entry {
+    BoundMemory primary;
+    std::vector<BoundMemory> copies;
+    // Set by a region for a value the group being emitted reads last: its buffer may then
+    // be overwritten (a residual summed in place). Never for a buffer another value views.
+    bool last_read = false;
+    bool aliased = false;
+  };
+
+  explicit ValueMemories(Program& program) : program_(&program) {}
+  Program& program() { return *program_; }
+
+  // `v` is kernel input (output) `index`, plain row-major of `shape`.
+  void bind_input(ValueId v, int index, const Shape& shape);
+  void bind_output(ValueId v, int index, const Shape& shape);
+  // Binds every input and output of `graph` plain, at its index.
+  void bind_plain_boundary(const Graph& graph);
+
+  bool has(ValueId v) const { return entries_.count(v) != 0; }
+  const Entry& entry(ValueId v) const;
+  void set(ValueId v, Entry entry) { entries_[v] = std::move(entry); }
+
+  // `v` as it is, when its memory has `shape`'s dims; else its row-major data viewed as
+  // `shape` (a value a folded MatMul wrote 2-D). Primitives that take any layout read this.
+  dnnl::memory as_is(ValueId v, const Shape& shape);
+  // `v` in layout `md` (same dims), reordered once per distinct layout.
+  dnnl::memory read(ValueId v, const dnnl::memory::desc& md);
+  // `v`'s row-major data seen through `md` (a reshape, a broadcast-padded rank, a
+  // transposed stride); a blocked `v` is reordered to row-major first.
+  dnnl::memory view(ValueId v, const dnnl::memory::desc& md);
+
+  // The memory the primitive producing `v` writes in layout `md`: v's bound output (or a
+  // view of it) when the layouts agree, else a new buffer. Call produced() after adding
+  // the primitive: it adds the conversion into the bound output when one was staged.
+  dnnl::memory destination(ValueId v, const dnnl::memory::desc& md);
+  void produced(ValueId v, const dnnl::memory& written);
+  // True when the primitive producing `out` in layout `md` may write over `v`'s memory `m`
+  // in place: `v` is read last here, `m` is its own program buffer in that layout, and
+  // `out` has no bound memory of its own.
+  bool can_overwrite(ValueId v, const dnnl::memory& m, ValueId out,
+                     const dnnl::memory::desc& md) const;
+  // `out` is `in`'s row-major data with `shape` (Flatten, Reshape): no data moves unless
+  // `in` is blocked or `out` is a bound output.
+  void reshape(ValueId out, ValueId in, const Shape& shape);
+
+ private:
+  Entry& at(ValueId v);
+  // The row-major form of `v`, made by a reorder if it has none yet.
+  BoundMemory plain(ValueId v);
+  dnnl::memory view_of(const BoundMemory& b, const dnnl::memory::desc& md);
+
+  Program* program_;
+  std::map<ValueId, Entry> entries_;
+  std::map<ValueId, dnnl::memory> staged_;
+};
+
+}  // namespace collage::onednn
