@@ -430,12 +430,21 @@ class Tuner {
     // Timed: every contender not predicted kNotWorthTiming times slower than the best. The
     // tuned plan always is (the never-worse rule needs its time).
     constexpr double kNotWorthTiming = 3;
+    // A single-backend plan can be the tuned plan itself (same placement, same cost-DB key):
+    // it is timed once, and the tuned plan (first) keeps the win on a tie.
     std::vector<Contender*> timed;
+    std::map<std::string, Contender*> first_with_key;
+    std::vector<std::pair<Contender*, Contender*>> duplicates;
     for (Contender& c : contenders) {
       c.timing.timed =
           c.name == "tuned" || !(c.timing.predicted_ms > kNotWorthTiming * best_predicted);
       c.timing.measured_ms = std::numeric_limits<double>::quiet_NaN();
-      if (c.timing.timed) timed.push_back(&c);
+      if (!c.timing.timed) continue;
+      auto [it, fresh] = first_with_key.emplace(plan_key(c.groups, kSideBySide), &c);
+      if (fresh)
+        timed.push_back(&c);
+      else
+        duplicates.emplace_back(&c, it->second);
     }
     // With a warm cost DB every contender's latency is known: nothing is compiled or timed
     // but the winner (compiled for its steps).
@@ -460,6 +469,10 @@ class Tuner {
         record.milliseconds = ms[i];
         store_plan_latency(timed[i]->groups, kSideBySide, record);
       }
+    }
+    for (auto [copy, original] : duplicates) {
+      copy->timing = original->timing;
+      copy->timing.name = copy->name;
     }
     Contender* best = timed.front();
     for (Contender* c : timed)
