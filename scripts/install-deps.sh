@@ -18,6 +18,8 @@ PACKAGES=(
   python3-torch python3-torchvision python3-onnx python3-numpy
   # `collage show --svg`
   graphviz
+  # `make fuzz` (libFuzzer needs clang and its runtime)
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()
