@@ -45,6 +45,9 @@ class Session {
   // Runs without copying outputs out of the arena: for timing loops. The returned views
   // are valid until the next run.
   std::vector<Tensor> run_views(const std::vector<Tensor>& inputs);
+  // run_views that also writes each step's wall time (ms) to `step_ms`, one per entry of
+  // plan().groups, in order.
+  std::vector<Tensor> run_profiled(const std::vector<Tensor>& inputs, std::vector<double>& step_ms);
   // Bytes of the intermediate-value arena (after liveness-based reuse).
   size_t arena_bytes() const;
   // How many kernels (steps) one run launches, and on which backend each node runs.

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "collage/backend.h"
 #include "collage/session.h"
+#include "runtime/interleaved_timing.h"
 
 namespace collage::cli {
 namespace {
@@ -58,16 +60,17 @@ int bench(const BenchOptions& o) {
   std::vector<bool> timed(sessions.size());
   for (size_t i = 0; i < sessions.size(); ++i)
     timed[i] = names[i] == "tuned" || warm[i] <= kTooSlow * fastest;
-  // Interleaved rounds; within a round each plan runs once untimed, then timed: the first
-  // run after another plan's pays for that plan's thread pools winding down and for cold
-  // caches, which a user running one plan never sees.
-  std::vector<std::vector<double>> samples(sessions.size());
-  for (int r = 0; r < o.repeat; ++r)
-    for (size_t i = 0; i < sessions.size(); ++i) {
-      if (!timed[i]) continue;
-      sessions[i].run_views(inputs);
-      samples[i].push_back(time_run(sessions[i]));
+  std::vector<std::function<void()>> runs;
+  std::vector<size_t> timed_index;
+  for (size_t i = 0; i < sessions.size(); ++i)
+    if (timed[i]) {
+      runs.push_back([&, i] { sessions[i].run_views(inputs); });
+      timed_index.push_back(i);
     }
+  std::vector<std::vector<double>> samples(sessions.size());
+  std::vector<std::vector<double>> timed_samples = time_interleaved(runs, o.repeat);
+  for (size_t k = 0; k < timed_index.size(); ++k)
+    samples[timed_index[k]] = std::move(timed_samples[k]);
   for (size_t i = 0; i < sessions.size(); ++i)
     if (!timed[i]) samples[i] = {warm[i]};
   fmt::print("{} ({} threads, {} interleaved rounds, each timed run after an untimed one)\n",

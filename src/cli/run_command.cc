@@ -1,12 +1,15 @@
 // collage run MODEL.onnx [--inputs DIR] [--outputs DIR] [--threads N] [--repeat N] [--backend NAME]
+//             [--plan PLAN.json] [--verify] [--profile]
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "cli/commands.h"
+#include "cli/step_profile.h"
 #include "collage/session.h"
 
 namespace collage::cli {
@@ -17,7 +20,7 @@ namespace fs = std::filesystem;
 struct RunOptions {
   ModelOptions model;
   std::string inputs_dir, outputs_dir, backend = "reference", plan_path;
-  bool verify = false;
+  bool verify = false, profile = false;
   int threads = 0, repeat = 1, warmup = 1;
   uint64_t seed = 1;
 };
@@ -114,6 +117,11 @@ int run(const RunOptions& o) {
                         outputs[i], graph.value(graph.outputs[i]).name);
   }
   std::sort(ms.begin(), ms.end());
+  if (o.profile) {
+    std::optional<Plan> plan;
+    if (!o.plan_path.empty()) plan = Plan::load(o.plan_path);
+    print_step_profile(session, inputs, std::max(o.repeat, 5), plan ? &*plan : nullptr);
+  }
   fmt::print("latency: median {:.3f} ms, min {:.3f} ms over {} runs\n", ms[ms.size() / 2], ms[0],
              ms.size());
   return 0;
@@ -139,6 +147,8 @@ Action add_run_command(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "seed of the random inputs")->capture_default_str();
   cmd->add_option("--plan", o->plan_path, "run the placement from `collage tune`");
   cmd->add_flag("--verify", o->verify, "compare the outputs with the reference backend's");
+  cmd->add_flag("--profile", o->profile,
+                "time every step too and print the slowest, in the model and measured alone");
   return [o] { return run(*o); };
 }
 

@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -80,18 +81,39 @@ void Executor::check_inputs(const std::vector<Tensor>& inputs) const {
   }
 }
 
-std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
+void Executor::copy_inputs(const std::vector<Tensor>& inputs) {
   check_inputs(inputs);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& slot = value_views_[graph_.inputs[i]];
     if (slot.nbytes()) std::memcpy(slot.raw(), inputs[i].raw(), slot.nbytes());
   }
-  for (size_t s = 0; s < steps_.size(); ++s)
-    steps_[s].kernel->run(step_inputs_[s], step_outputs_[s]);
+}
+
+std::vector<Tensor> Executor::output_views() const {
   std::vector<Tensor> outputs;
   outputs.reserve(graph_.outputs.size());
   for (ValueId v : graph_.outputs) outputs.push_back(value_views_[v]);
   return outputs;
+}
+
+std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
+  copy_inputs(inputs);
+  for (size_t s = 0; s < steps_.size(); ++s)
+    steps_[s].kernel->run(step_inputs_[s], step_outputs_[s]);
+  return output_views();
+}
+
+std::vector<Tensor> Executor::run_profiled(const std::vector<Tensor>& inputs,
+                                           std::vector<double>& step_ms) {
+  using Clock = std::chrono::steady_clock;
+  copy_inputs(inputs);
+  step_ms.assign(steps_.size(), 0.0);
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    auto start = Clock::now();
+    steps_[s].kernel->run(step_inputs_[s], step_outputs_[s]);
+    step_ms[s] = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  }
+  return output_views();
 }
 
 }  // namespace collage

@@ -29,12 +29,17 @@ class Executor {
   // Copies `inputs` (graph-input order, exact shapes/dtypes checked) into the arena, runs
   // every step and returns views of the graph outputs (valid until the next run).
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  // The same, also writing each step's wall time in milliseconds to `step_ms` (resized to
+  // steps().size()): where a plan's time goes once its kernels run next to each other.
+  std::vector<Tensor> run_profiled(const std::vector<Tensor>& inputs, std::vector<double>& step_ms);
 
   size_t arena_bytes() const { return arena_bytes_; }
   const std::vector<Step>& steps() const { return steps_; }
 
  private:
   void check_inputs(const std::vector<Tensor>& inputs) const;
+  void copy_inputs(const std::vector<Tensor>& inputs);
+  std::vector<Tensor> output_views() const;
 
   const Graph& graph_;
   std::vector<Step> steps_;

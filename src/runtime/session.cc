@@ -66,6 +66,11 @@ std::vector<Tensor> Session::run_views(const std::vector<Tensor>& inputs) {
   return executor_->run(inputs);
 }
 
+std::vector<Tensor> Session::run_profiled(const std::vector<Tensor>& inputs,
+                                          std::vector<double>& step_ms) {
+  return executor_->run_profiled(inputs, step_ms);
+}
+
 std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs) {
   std::vector<Tensor> outputs = executor_->run(inputs);
   for (Tensor& t : outputs) t = t.clone();

@@ -104,13 +104,14 @@ bool CostDb::open_and_check() {
       if (sqlite3_step(s.stmt) == SQLITE_ROW) tables = sqlite3_column_int(s.stmt, 0);
     }
     if (version == 0 && tables > 0) return false;  // someone else's database
-    if (version == kSchemaVersion) {
-      // Our version number alone proves little (user_version is any app's to set): a
-      // `costs` table of other columns would only fail at the first write, mid-tuning.
-      Statement s(db_,
-                  "SELECT key, backend, hardware, subgraph, cost_ms, ok, reason FROM costs "
-                  "LIMIT 0");
-    }
+    // Our version number alone proves little (user_version is any app's to set): a `costs`
+    // table of other columns would only fail at the first write, mid-tuning.
+    if (version == 1)
+      Statement columns(db_,
+                        "SELECT key, backend, hardware, subgraph, cost_ms, ok, reason FROM costs");
+    if (version == kSchemaVersion)
+      Statement columns(
+          db_, "SELECT key, backend, hardware, subgraph, cost_ms, ok, reason, spent_s FROM costs");
     if (version > kSchemaVersion) {
       spdlog::warn("cost database {} has schema {} (newer than this collage's {})", path_, version,
                    kSchemaVersion);
@@ -118,7 +119,8 @@ bool CostDb::open_and_check() {
     }
     exec("PRAGMA journal_mode=WAL");
     exec("PRAGMA synchronous=NORMAL");
-    if (version < kSchemaVersion) create_schema();  // version 0 = new file; migrations go here
+    if (version == 0) create_schema();
+    if (version == 1) migrate_from_1();
   } catch (const Error&) {
     return false;
   }
@@ -131,13 +133,21 @@ void CostDb::create_schema() {
       "CREATE TABLE IF NOT EXISTS costs ("
       " key TEXT PRIMARY KEY, backend TEXT NOT NULL, hardware TEXT NOT NULL,"
       " subgraph TEXT NOT NULL, cost_ms REAL, ok INTEGER NOT NULL, reason TEXT,"
-      " measured_at TEXT DEFAULT CURRENT_TIMESTAMP)");
+      " measured_at TEXT DEFAULT CURRENT_TIMESTAMP, spent_s REAL DEFAULT 0)");
   exec(fmt::format("PRAGMA user_version = {}", kSchemaVersion).c_str());
   exec("COMMIT");
 }
 
+// Version 1 had no spent_s: its rows read 0 (unknown), nothing is re-measured.
+void CostDb::migrate_from_1() {
+  exec("BEGIN IMMEDIATE");
+  exec("ALTER TABLE costs ADD COLUMN spent_s REAL DEFAULT 0");
+  exec("PRAGMA user_version = 2");
+  exec("COMMIT");
+}
+
 std::optional<CostRecord> CostDb::find(const std::string& key) const {
-  Statement s(db_, "SELECT cost_ms, ok, reason FROM costs WHERE key = ?");
+  Statement s(db_, "SELECT cost_ms, ok, reason, spent_s FROM costs WHERE key = ?");
   s.bind(1, key);
   if (sqlite3_step(s.stmt) != SQLITE_ROW) return std::nullopt;
   CostRecord r;
@@ -146,14 +156,16 @@ std::optional<CostRecord> CostDb::find(const std::string& key) const {
       r.ok ? sqlite3_column_double(s.stmt, 0) : std::numeric_limits<double>::infinity();
   const unsigned char* reason = sqlite3_column_text(s.stmt, 2);
   r.reason = reason ? reinterpret_cast<const char*>(reason) : "";
+  r.spent_s = sqlite3_column_double(s.stmt, 3);
   return r;
 }
 
 void CostDb::put(const std::string& key, const std::string& backend, const std::string& hardware,
                  const std::string& subgraph_text, const CostRecord& record) {
   Statement s(db_,
-              "INSERT OR REPLACE INTO costs (key, backend, hardware, subgraph, cost_ms, ok, reason)"
-              " VALUES (?, ?, ?, ?, ?, ?, ?)");
+              "INSERT OR REPLACE INTO costs"
+              " (key, backend, hardware, subgraph, cost_ms, ok, reason, spent_s)"
+              " VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
   s.bind(1, key);
   s.bind(2, backend);
   s.bind(3, hardware);
@@ -161,6 +173,7 @@ void CostDb::put(const std::string& key, const std::string& backend, const std::
   s.bind(5, std::isfinite(record.milliseconds) ? record.milliseconds : -1.0);
   s.bind(6, static_cast<int64_t>(record.ok ? 1 : 0));
   s.bind(7, record.reason);
+  s.bind(8, record.spent_s);
   if (sqlite3_step(s.stmt) != SQLITE_DONE)
     fail(ErrorKind::kIo, "cost database {}: {}", path_, sqlite3_errmsg(db_));
 }

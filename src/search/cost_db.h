@@ -15,11 +15,14 @@ struct CostRecord {
   double milliseconds = 0;  // +inf when the candidate failed
   bool ok = true;
   std::string reason;  // why it failed
+  // Seconds the measurement took (for whole-plan records: what the evolutionary search is
+  // charged when it finds the record again, see Tuner::search_graph_level). 0 = unknown.
+  double spent_s = 0;
 };
 
 class CostDb {
  public:
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;  // 2 added spent_s
 
   explicit CostDb(const std::string& path);
   ~CostDb();
@@ -43,6 +46,7 @@ class CostDb {
  private:
   bool open_and_check();
   void create_schema();
+  void migrate_from_1();
   void exec(const char* sql);
 
   std::string path_;

@@ -16,7 +16,10 @@ EvolutionResult evolve(const std::vector<std::vector<int>>& choices,
                        const std::function<void(const EvolutionResult&)>& on_generation) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  auto elapsed_s = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  auto elapsed_s = [&] {
+    return options.elapsed_s ? options.elapsed_s()
+                             : std::chrono::duration<double>(Clock::now() - start).count();
+  };
   std::mt19937_64 rng(options.seed);
   const size_t n = choices.size();
   std::map<Genome, double> cache;

@@ -21,6 +21,8 @@ struct EvolutionOptions {
   double mutation_probability = 0.2;   // per child
   double gene_mutation_probability = 0.05;
   double budget_s = 60;
+  // The search's time so far, against budget_s; empty = wall clock since evolve() began.
+  std::function<double()> elapsed_s;
   int patience = 4;  // generations without improvement before stopping
   int max_generations = 1000;
   uint64_t seed = 1;

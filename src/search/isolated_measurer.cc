@@ -48,12 +48,13 @@ bool write_all(int fd, const char* data, size_t n) {
 }
 
 // Protocol: a request is header lines then the model bytes:
-//   backend NAME \n threads N \n verify 0|1 \n budget_ms X \n model NBYTES \n <bytes>
+//   backend NAME \n threads N \n verify 0|1 \n budget_ms X \n evict_bytes N \n
+//   model NBYTES \n <bytes>
 // and the answer one line: "ok MS" or "fail REASON".
 std::string encode_request(const std::string& model, const std::string& backend, int threads,
                            const MeasureOptions& o) {
-  return fmt::format("backend {}\nthreads {}\nverify {}\nbudget_ms {}\nmodel {}\n", backend,
-                     threads, o.verify ? 1 : 0, o.budget_ms, model.size()) +
+  return fmt::format("backend {}\nthreads {}\nverify {}\nbudget_ms {}\nevict_bytes {}\nmodel {}\n",
+                     backend, threads, o.verify ? 1 : 0, o.budget_ms, o.evict_bytes, model.size()) +
          model;
 }
 
@@ -235,25 +236,30 @@ int run_measure_worker() {
   dup2(2, 1);
   std::unique_ptr<Measurer> measurer;
   int measurer_threads = -1;
+  size_t measurer_evict = 0;
   while (true) {
-    std::string backend, threads, verify, budget, size;
+    std::string backend, threads, verify, budget, evict, size;
     if (!header(0, "backend", backend)) return 0;  // EOF: the tuner is done
     if (!header(0, "threads", threads) || !header(0, "verify", verify) ||
-        !header(0, "budget_ms", budget) || !header(0, "model", size))
+        !header(0, "budget_ms", budget) || !header(0, "evict_bytes", evict) ||
+        !header(0, "model", size))
       return 2;
     std::string bytes(std::stoull(size), '\0');
     if (!read_exact(0, bytes.data(), bytes.size())) return 2;
     std::string answer;
     try {
       int t = std::stoi(threads);
-      if (!measurer || t != measurer_threads) {
+      size_t e = std::stoull(evict);
+      if (!measurer || t != measurer_threads || e != measurer_evict) {
         set_thread_budget(t);
         MeasureOptions o;
         o.verify = verify == "1";
         o.budget_ms = std::stod(budget);
+        o.evict_bytes = e;
         // Kept across requests: it caches reference outputs per subgraph.
         measurer = std::make_unique<Measurer>(nullptr, this_machine(t), o);
         measurer_threads = t;
+        measurer_evict = e;
       }
       LoadOptions lo;
       lo.optimize = false;  // measure the subgraph exactly as the tuner extracted it

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <set>
@@ -13,6 +14,7 @@
 #include "collage/session.h"
 #include "collage/tune.h"
 #include "runtime/executor.h"
+#include "runtime/interleaved_timing.h"
 #include "runtime/partitioner.h"
 #include "search/cost_db.h"
 #include "search/graph_level_search.h"
@@ -26,9 +28,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Kinds of whole-plan latency records in the cost DB (see Tuner::plan_key).
+// Kinds of cost-DB records that are not a kernel's: whole-plan latencies (see
+// Tuner::plan_key) and the executor step overhead.
 constexpr const char* kFitness = "plan";
 constexpr const char* kSideBySide = "plan-side-by-side";
+constexpr const char* kStepOverhead = "step-overhead";
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -59,6 +63,12 @@ struct MeasuredCandidate {
   double cost_ms;
 };
 
+MeasureOptions measure_options(const Graph& model) {
+  MeasureOptions o;
+  o.evict_bytes = cache_pressure_bytes(model);
+  return o;
+}
+
 class Tuner {
  public:
   Tuner(const Graph& graph, const TuneOptions& options)
@@ -68,7 +78,7 @@ class Tuner {
         backends_(select_backends(options)),
         hardware_(this_machine(thread_budget())),
         db_(options.cost_db_path.empty() ? CostDb::default_path() : options.cost_db_path),
-        measurer_(&db_, hardware_, MeasureOptions{}) {
+        measurer_(&db_, hardware_, measure_options(graph)) {
     for (Backend* b : backends_) b->set_threads(thread_budget());
     result_.cost_db_path = db_.path();
     if (options.isolate) {
@@ -149,13 +159,35 @@ class Tuner {
   // Measured once per machine and kept in the cost DB: re-measured on every tune, its noise
   // alone could tip the op-level search between two near-equal covers.
   double step_overhead_ms() {
-    const std::string key =
-        CostDb::make_key("executor step overhead", "step-overhead", "", hardware_.fingerprint());
-    if (std::optional<CostRecord> hit = db_.find(key)) return hit->milliseconds;
-    CostRecord record;
-    record.milliseconds = measure_step_overhead_ms();
-    db_.put(key, "step-overhead", hardware_.fingerprint(), "executor step overhead", record);
-    return record.milliseconds;
+    const char* what = "executor step overhead";
+    RecordKey key{CostDb::make_key(what, kStepOverhead, "", hardware_.fingerprint()), what};
+    return find_or_measure(key, kStepOverhead,
+                           [] {
+                             CostRecord record;
+                             record.milliseconds = measure_step_overhead_ms();
+                             return record;
+                           })
+        .milliseconds;
+  }
+
+  // A cost-DB record that is not a kernel's: its key and the text stored beside it.
+  struct RecordKey {
+    std::string key, text;
+  };
+
+  // The record under `key`, or `measure()`'s (with the seconds it took), stored first.
+  CostRecord find_or_measure(const RecordKey& key, const char* kind,
+                             const std::function<CostRecord()>& measure) {
+    if (std::optional<CostRecord> hit = db_.find(key.key)) return *hit;
+    auto start = Clock::now();
+    CostRecord record = measure();
+    record.spent_s = seconds_since(start);
+    store(key, kind, record);
+    return record;
+  }
+
+  void store(const RecordKey& key, const char* kind, const CostRecord& record) {
+    db_.put(key.key, kind, hardware_.fingerprint(), key.text, record);
   }
 
   std::vector<int> search_op_level() {
@@ -227,27 +259,17 @@ class Tuner {
     return std::make_unique<Executor>(graph_, build_steps(graph_, compiled));
   }
 
-  // Median latency of each executor, measured in interleaved rounds so that machine drift
-  // hits all of them alike. With several executors each timed run follows an untimed one
-  // of the same executor: the first run after another plan's pays for that plan's thread
-  // pools still winding down and for cold caches, which a user running one plan never sees.
+  // Median latency of each executor, timed side by side (see time_interleaved).
   std::vector<double> time_side_by_side(std::vector<Executor*> executors, int rounds) {
     std::vector<Tensor> inputs = random_inputs(graph_, options_.seed);
-    std::vector<std::vector<double>> samples(executors.size());
-    for (Executor* e : executors) e->run(inputs);  // warm-up
-    for (int r = 0; r < rounds; ++r)
-      for (size_t i = 0; i < executors.size(); ++i) {
-        if (executors.size() > 1) executors[i]->run(inputs);
-        auto t0 = Clock::now();
-        executors[i]->run(inputs);
-        samples[i].push_back(seconds_since(t0) * 1000);
-      }
+    std::vector<std::function<void()>> runs;
+    for (Executor* e : executors) {
+      e->run(inputs);  // warm-up
+      runs.push_back([e, &inputs] { e->run(inputs); });
+    }
     result_.plans_timed += executors.size();
     std::vector<double> medians;
-    for (auto& s : samples) {
-      std::sort(s.begin(), s.end());
-      medians.push_back(s[s.size() / 2]);
-    }
+    for (std::vector<double>& s : time_interleaved(runs, rounds)) medians.push_back(median_of(s));
     return medians;
   }
 
@@ -256,13 +278,10 @@ class Tuner {
   // Two kinds: "plan", timed alone as a genome's fitness, and "plan-side-by-side", timed
   // in the final comparison. Kept apart so that the comparison never changes a fitness the
   // evolutionary search will read again: a warm re-tune then retraces the same search.
-  std::string plan_key(const std::vector<Group>& groups, const char* kind) const {
-    return CostDb::make_key(placement_text(groups), kind, "", hardware_.fingerprint());
-  }
-
-  void store_plan_latency(const std::vector<Group>& groups, const char* kind,
-                          const CostRecord& record) {
-    db_.put(plan_key(groups, kind), kind, hardware_.fingerprint(), placement_text(groups), record);
+  RecordKey plan_key(const std::vector<Group>& groups, const char* kind) const {
+    std::string text = placement_text(groups);
+    std::string key = CostDb::make_key(text, kind, "", hardware_.fingerprint());
+    return {std::move(key), std::move(text)};
   }
 
   // Every group of a plan runs in this process when the plan is timed end to end: each one
@@ -301,26 +320,39 @@ class Tuner {
     auto decode = [&](const Genome& genome) {
       return decode_genome(op_groups, graph_level, genome);
     };
+    auto rejected = [](const Error& e) {
+      spdlog::debug("genome rejected: {}", e.what());
+      CostRecord record;
+      record.ok = false;
+      record.reason = e.what();
+      record.milliseconds = std::numeric_limits<double>::infinity();
+      return record;
+    };
+    double searched_s = 0;  // the search's clock (see below)
     auto fitness = [&](const Genome& genome) -> double {
       std::vector<Group> groups;
-      CostRecord record;
       try {
         groups = complete(decode(genome));
-        if (std::optional<CostRecord> hit = db_.find(plan_key(groups, kFitness)))
-          return hit->milliseconds;
-        if (std::string why = unsafe_group(groups); !why.empty())
-          fail(ErrorKind::kBackend, "{}", why);
-        std::unique_ptr<Executor> e = executor_for(groups);
-        record.milliseconds = time_side_by_side({e.get()}, 5)[0];
       } catch (const Error& e) {
-        spdlog::debug("genome rejected: {}", e.what());
-        record.ok = false;
-        record.reason = e.what();
-        record.milliseconds = std::numeric_limits<double>::infinity();
         // A genome that does not even decode (a non-convex region) has no placement to key.
-        if (groups.empty()) return record.milliseconds;
+        return rejected(e).milliseconds;
       }
-      store_plan_latency(groups, kFitness, record);
+      CostRecord record = find_or_measure(plan_key(groups, kFitness), kFitness, [&] {
+        try {
+          if (std::string why = unsafe_group(groups); !why.empty())
+            fail(ErrorKind::kBackend, "{}", why);
+          std::unique_ptr<Executor> e = executor_for(groups);
+          CostRecord record;
+          record.milliseconds = time_side_by_side({e.get()}, 5)[0];
+          return record;
+        } catch (const Error& e) {
+          return rejected(e);
+        }
+      });
+      // A genome known from the cost DB is charged what timing it took then: a re-tune with
+      // the same budget retraces the same search in seconds and gives the same plan (a
+      // bigger budget goes on from where the last one stopped).
+      searched_s += record.spent_s;
       return record.milliseconds;
     };
     std::vector<Genome> seeds = {Genome(op_groups.size(), 0)};
@@ -334,6 +366,7 @@ class Tuner {
     }
     EvolutionOptions eo;
     eo.budget_s = options_.budget_s;
+    eo.elapsed_s = [&] { return searched_s; };
     eo.seed = options_.seed;
     EvolutionResult r = evolve(choices, seeds, fitness, eo, [&](const EvolutionResult& progress) {
       report(
@@ -406,6 +439,7 @@ class Tuner {
       std::vector<Group> groups;
       PlanTiming timing;
       std::unique_ptr<Executor> executor;
+      RecordKey side_by_side;  // its latency's cost-DB record
     };
     std::vector<Contender> contenders;
     contenders.push_back({"tuned", complete(std::move(tuned)), {}, nullptr});
@@ -440,7 +474,8 @@ class Tuner {
           c.name == "tuned" || !(c.timing.predicted_ms > kNotWorthTiming * best_predicted);
       c.timing.measured_ms = std::numeric_limits<double>::quiet_NaN();
       if (!c.timing.timed) continue;
-      auto [it, fresh] = first_with_key.emplace(plan_key(c.groups, kSideBySide), &c);
+      c.side_by_side = plan_key(c.groups, kSideBySide);
+      auto [it, fresh] = first_with_key.emplace(c.side_by_side.key, &c);
       if (fresh)
         timed.push_back(&c);
       else
@@ -450,7 +485,7 @@ class Tuner {
     // but the winner (compiled for its steps).
     bool all_known = true;
     for (Contender* c : timed) {
-      std::optional<CostRecord> hit = db_.find(plan_key(c->groups, kSideBySide));
+      std::optional<CostRecord> hit = db_.find(c->side_by_side.key);
       all_known = all_known && hit && hit->ok;
       if (hit && hit->ok) c->timing.measured_ms = hit->milliseconds;
     }
@@ -467,7 +502,7 @@ class Tuner {
         timed[i]->timing.measured_ms = ms[i];
         CostRecord record;
         record.milliseconds = ms[i];
-        store_plan_latency(timed[i]->groups, kSideBySide, record);
+        store(timed[i]->side_by_side, kSideBySide, record);
       }
     }
     for (auto [copy, original] : duplicates) {

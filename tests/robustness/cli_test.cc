@@ -99,5 +99,25 @@ TEST(Cli, PlanForAnotherModel) {
   expect_bad_input("run " + model + " --plan " + plan, "another model");
 }
 
+// Not bad input, but the one CLI output a test must read: `run --profile` lists the steps
+// with their in-model times and sums them per backend.
+TEST(Cli, RunProfileListsSteps) {
+  TempDir dir;
+  std::string model = dir.write("m.onnx", ModelBuilder::relu().bytes());
+  std::string out = dir.file("stdout.txt");
+  std::string cmd =
+      std::string(COLLAGE_CLI) + " run " + model + " --profile --repeat 3 >" + out + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream in(out);
+  std::stringstream s;
+  s << in.rdbuf();
+  const std::string text = s.str();
+  EXPECT_NE(text.find("profile: median of 5 runs per step"), std::string::npos) << text;
+  EXPECT_NE(text.find("by backend:"), std::string::npos) << text;
+  EXPECT_NE(text.find("reference"), std::string::npos) << text;
+  EXPECT_NE(text.find(" relu"), std::string::npos) << "the step's node is named\n" << text;
+  EXPECT_NE(text.find("latency: median"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace collage::robustness

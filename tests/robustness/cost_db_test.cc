@@ -38,14 +38,47 @@ TEST(CostDbAbuse, ForeignDatabaseIsMovedAside) {
 }
 
 TEST(CostDbAbuse, SameVersionButForeignCostsTable) {
-  // Our schema version, but a `costs` table of other columns: must not fail at first write.
+  // Our schema version (or the one before, which is migrated), but a `costs` table of other
+  // columns: must not fail at first write.
+  for (int version : {1, CostDb::kSchemaVersion}) {
+    TempDir dir;
+    std::string path = dir.file("costs.db");
+    sql(path,
+        "CREATE TABLE costs (id INTEGER); PRAGMA user_version = " + std::to_string(version) + ";");
+    CostDb db(path);
+    EXPECT_FALSE(db.moved_aside_to().empty()) << "version " << version;
+    db.put("k", "b", "hw", "t", CostRecord{2.0, true, ""});
+    EXPECT_TRUE(db.find("k"));
+  }
+}
+
+TEST(CostDbAbuse, Version1IsMigratedKeepingItsRows) {
   TempDir dir;
   std::string path = dir.file("costs.db");
-  sql(path, "CREATE TABLE costs (id INTEGER); PRAGMA user_version = 1;");
-  CostDb db(path);
-  EXPECT_FALSE(db.moved_aside_to().empty());
-  db.put("k", "b", "hw", "t", CostRecord{2.0, true, ""});
-  EXPECT_TRUE(db.find("k"));
+  sql(path,
+      "CREATE TABLE costs (key TEXT PRIMARY KEY, backend TEXT NOT NULL, hardware TEXT NOT NULL,"
+      " subgraph TEXT NOT NULL, cost_ms REAL, ok INTEGER NOT NULL, reason TEXT,"
+      " measured_at TEXT DEFAULT CURRENT_TIMESTAMP);"
+      "INSERT INTO costs (key, backend, hardware, subgraph, cost_ms, ok, reason)"
+      " VALUES ('old', 'onednn', 'hw', 'text', 1.5, 1, '');"
+      "PRAGMA user_version = 1;");
+  {
+    CostDb db(path);
+    EXPECT_TRUE(db.moved_aside_to().empty());
+    std::optional<CostRecord> old = db.find("old");
+    ASSERT_TRUE(old);
+    EXPECT_DOUBLE_EQ(old->milliseconds, 1.5);
+    EXPECT_EQ(old->spent_s, 0.0);
+    CostRecord fresh{2.5, true, ""};
+    fresh.spent_s = 0.75;
+    db.put("new", "plan", "hw", "text", fresh);
+  }
+  CostDb reopened(path);
+  EXPECT_TRUE(reopened.moved_aside_to().empty());
+  EXPECT_EQ(reopened.size(), 2);
+  std::optional<CostRecord> fresh = reopened.find("new");
+  ASSERT_TRUE(fresh);
+  EXPECT_DOUBLE_EQ(fresh->spent_s, 0.75);
 }
 
 TEST(CostDbAbuse, NewerSchemaIsMovedAside) {

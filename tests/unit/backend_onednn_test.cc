@@ -24,6 +24,7 @@ using testing::attr_i;
 using testing::attr_ints;
 using testing::attr_s;
 using testing::GraphBuilder;
+using testing::has_match;
 using testing::pick;
 using testing::run_backend_and_reference;
 using testing::tolerance_ratio;
@@ -41,15 +42,6 @@ ErrorKind compile_error(const Graph& g) {
 }
 std::vector<std::set<std::string>> match_op_sets(const Graph& g) {
   return testing::match_op_sets(onednn(), g);
-}
-
-bool has_match(const Graph& g, const std::vector<ValueId>& outputs_of) {
-  std::vector<NodeId> want;
-  for (ValueId v : outputs_of) want.push_back(g.value(v).producer);
-  std::sort(want.begin(), want.end());
-  for (const Match& m : find_matches(g, onednn()))
-    if (m.nodes == want) return true;
-  return false;
 }
 
 // An activation applied to `v` (index picks one), for tails.
@@ -137,9 +129,9 @@ TEST(OnednnBackend, ConvResidualAndChannelTails) {
   b.output(y);
   expect_like_reference(b.graph(), "conv + bias + residual + scale + relu");
   // All five nodes are proposed as one kernel.
-  EXPECT_TRUE(
-      has_match(b.graph(), {b.graph().node(0).outputs[0], b.graph().node(1).outputs[0],
-                            b.graph().node(2).outputs[0], b.graph().node(3).outputs[0], y}));
+  EXPECT_TRUE(has_match(onednn(), b.graph(),
+                        {b.graph().node(0).outputs[0], b.graph().node(1).outputs[0],
+                         b.graph().node(2).outputs[0], b.graph().node(3).outputs[0], y}));
 }
 
 TEST(OnednnBackend, ConvTransposeRandomized) {
@@ -207,8 +199,8 @@ TEST(OnednnBackend, MatMulBiasGeluAndResidual) {
   std::vector<ValueId> first_kernel, second_kernel;
   for (size_t n = 0; n < graph.num_nodes(); ++n)
     (n < 7 ? first_kernel : second_kernel).push_back(graph.node(static_cast<NodeId>(n)).outputs[0]);
-  EXPECT_TRUE(has_match(graph, first_kernel));
-  EXPECT_TRUE(has_match(graph, second_kernel));
+  EXPECT_TRUE(has_match(onednn(), graph, first_kernel));
+  EXPECT_TRUE(has_match(onednn(), graph, second_kernel));
   // And a session on onednn alone runs them as two kernels.
   SessionOptions options;
   options.backend = "onednn";
@@ -321,14 +313,14 @@ TEST(OnednnBackend, LayerNormDecomposition) {
     expect_like_reference(g, affine ? "ln decomposition affine" : "ln decomposition");
     std::vector<ValueId> all;
     for (const Node& n : g.nodes()) all.push_back(n.outputs[0]);
-    EXPECT_TRUE(has_match(g, all)) << "affine " << affine;
+    EXPECT_TRUE(has_match(onednn(), g, all)) << "affine " << affine;
   }
   // Pow with exponent 3 is not a variance: the whole pattern must not be proposed.
   Graph g = layer_norm_decomposition(true);
   g.value(g.node(2).inputs[1]).constant = Tensor::scalar(3.0f);
   std::vector<ValueId> all;
   for (const Node& n : g.nodes()) all.push_back(n.outputs[0]);
-  EXPECT_FALSE(has_match(g, all));
+  EXPECT_FALSE(has_match(onednn(), g, all));
 }
 
 TEST(OnednnBackend, SoftmaxAndLogSoftmax) {
@@ -398,8 +390,9 @@ TEST(OnednnBackend, BinaryBroadcastAndChains) {
   z = b.add1("Sub", {b.constant("one", Tensor::scalar(1.0f)), z});
   b.output(z);
   expect_like_reference(b.graph(), "elementwise chain");
-  EXPECT_TRUE(has_match(b.graph(), {b.graph().node(0).outputs[0], b.graph().node(1).outputs[0],
-                                    b.graph().node(2).outputs[0], z}));
+  EXPECT_TRUE(has_match(onednn(), b.graph(),
+                        {b.graph().node(0).outputs[0], b.graph().node(1).outputs[0],
+                         b.graph().node(2).outputs[0], z}));
 }
 
 // oneDNN 2.6 evaluates repeated eltwise post-ops of one kind with the first one's
@@ -438,7 +431,7 @@ TEST(OnednnBackend, GeluDecompositionStandalone) {
     expect_like_reference(b.graph(), "gelu order " + std::to_string(order));
     std::vector<ValueId> all;
     for (const Node& n : b.graph().nodes()) all.push_back(n.outputs[0]);
-    EXPECT_TRUE(has_match(b.graph(), all)) << "order " << order;
+    EXPECT_TRUE(has_match(onednn(), b.graph(), all)) << "order " << order;
   }
 }
 
@@ -452,13 +445,13 @@ TEST(OnednnBackend, FindMatchesConvRelu) {
   ValueId p = b.add1("MaxPool", {r}, {{"kernel_shape", attr_ints({2, 2})}});
   b.output(p);
   const Graph& g = b.graph();
-  EXPECT_TRUE(has_match(g, {c, r}));
-  EXPECT_TRUE(has_match(g, {c}));
-  EXPECT_TRUE(has_match(g, {r}));
-  EXPECT_TRUE(has_match(g, {p}));
+  EXPECT_TRUE(has_match(onednn(), g, {c, r}));
+  EXPECT_TRUE(has_match(onednn(), g, {c}));
+  EXPECT_TRUE(has_match(onednn(), g, {r}));
+  EXPECT_TRUE(has_match(onednn(), g, {p}));
   // Relu and MaxPool are not a head + tail (pooling is no post-op).
-  EXPECT_FALSE(has_match(g, {c, r, p}));
-  EXPECT_FALSE(has_match(g, {r, p}));
+  EXPECT_FALSE(has_match(onednn(), g, {c, r, p}));
+  EXPECT_FALSE(has_match(onednn(), g, {r, p}));
   // When the conv's output is also read elsewhere, Conv+Relu is not proposed.
   GraphBuilder b2;
   ValueId x2 = b2.input("x", DType::kFloat32, {1, 4, 6, 6});
@@ -466,7 +459,7 @@ TEST(OnednnBackend, FindMatchesConvRelu) {
   ValueId r2 = b2.add1("Relu", {c2});
   b2.output(r2);
   b2.output(c2);
-  EXPECT_FALSE(has_match(b2.graph(), {c2, r2}));
+  EXPECT_FALSE(has_match(onednn(), b2.graph(), {c2, r2}));
   EXPECT_FALSE(match_op_sets(b2.graph()).empty());
 }
 

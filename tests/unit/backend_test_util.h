@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 #include <string>
@@ -35,6 +36,17 @@ inline ErrorKind compile_error(Backend& backend, const Graph& g) {
 // Uniform in [lo, hi].
 inline int64_t pick(std::mt19937& rng, int64_t lo, int64_t hi) {
   return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+}
+
+// Whether `backend` proposes exactly the nodes producing `outputs_of` as one match.
+inline bool has_match(const Backend& backend, const Graph& g,
+                      const std::vector<ValueId>& outputs_of) {
+  std::vector<NodeId> want;
+  for (ValueId v : outputs_of) want.push_back(g.value(v).producer);
+  std::sort(want.begin(), want.end());
+  for (const Match& m : find_matches(g, backend))
+    if (m.nodes == want) return true;
+  return false;
 }
 
 // The node-name sets of every match `backend` finds in `g`.

@@ -82,6 +82,20 @@ TEST(Session, RunsChainAndReusesArena) {
   EXPECT_EQ(session.node_backends()[0], "reference");
 }
 
+TEST(Session, RunProfiledTimesEveryStepAndComputesTheSame) {
+  Session session(add_one_chain(6, {64, 64}), SessionOptions{});
+  Tensor x = Tensor::from_vector<float>({64, 64}, std::vector<float>(64 * 64, 1.0f));
+  std::vector<double> step_ms = {-1.0};  // resized and overwritten
+  std::vector<Tensor> out = session.run_profiled({x}, step_ms);
+  ASSERT_EQ(step_ms.size(), session.num_steps());
+  ASSERT_EQ(step_ms.size(), session.plan().groups.size());
+  for (double ms : step_ms) {
+    EXPECT_GE(ms, 0.0);
+    EXPECT_LT(ms, 1000.0);
+  }
+  for (float v : out[0].span<float>()) EXPECT_FLOAT_EQ(v, 7.0f);
+}
+
 TEST(Session, RejectsWrongInputShape) {
   Session session(add_one_chain(2, {3}), SessionOptions{});
   try {

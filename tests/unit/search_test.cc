@@ -10,6 +10,8 @@
 #include "search/canonical.h"
 #include "search/cost_db.h"
 #include "search/graph_level_search.h"
+#include "search/hardware.h"
+#include "search/measure.h"
 #include "search/op_level_search.h"
 
 namespace collage {
@@ -135,6 +137,28 @@ TEST(GraphLevelSearch, FindsKnownOptimumAndCachesGenomes) {
   EXPECT_EQ(calls, r.evaluations);  // every genome measured once
 }
 
+TEST(GraphLevelSearch, StopsWhenItsOwnClockPassesTheBudget) {
+  // The tuner's clock charges each genome what timing it took (even one found in the cost
+  // DB): here 1 s per evaluation, so a 10 s budget allows about 10, however fast they run.
+  std::vector<std::vector<int>> choices(20, {0, 1, 2});
+  double clock_s = 0;
+  auto fitness = [&](const Genome& g) {
+    clock_s += 1;
+    double d = 1;
+    for (int x : g) d += x;
+    return d;
+  };
+  EvolutionOptions o;
+  o.population = 8;
+  o.patience = 1000;
+  o.budget_s = 10;
+  o.elapsed_s = [&] { return clock_s; };
+  EvolutionResult r = evolve(choices, {Genome(20, 1)}, fitness, o);
+  EXPECT_GE(r.evaluations, 8u);  // the first population is always scored
+  EXPECT_LE(r.evaluations, 12u);
+  EXPECT_EQ(static_cast<double>(r.evaluations), clock_s);
+}
+
 TEST(GraphLevelSearch, SeedIsKeptWhenNothingBeatsIt) {
   std::vector<std::vector<int>> choices(5, {0, 1});
   auto fitness = [](const Genome& g) {
@@ -204,6 +228,43 @@ TEST_F(CostDbTest, CorruptFileIsMovedAside) {
   EXPECT_TRUE(fs::exists(db.moved_aside_to()));
   db.put("k", "b", "hw", "t", CostRecord{2.0, true, ""});
   EXPECT_EQ(db.size(), 1);
+}
+
+// A graph holding one constant of `bytes` bytes.
+Graph with_constant_bytes(size_t bytes) {
+  Graph g = chain(1);
+  g.add_constant("w", Tensor(DType::kFloat32, {static_cast<int64_t>(bytes / 4)}));
+  return g;
+}
+
+TEST(CachePressure, FollowsTheModelsConstantBytes) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  EXPECT_EQ(cache_pressure_bytes(chain(3)), 0u);
+  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(kMiB / 2)), 0u);
+  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(3 * kMiB)), 4 * kMiB);
+  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(16 * kMiB)), 16 * kMiB);
+  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(100 * kMiB)), 64 * kMiB);
+}
+
+TEST_F(CostDbTest, CostsTimedWithEvictionAreTheirOwnRecords) {
+  Graph g = chain(2);
+  for (ValueId v = 0; v < static_cast<ValueId>(g.num_values()); ++v) g.value(v).shape = {4096};
+  CostDb db((dir_ / "costs.db").string());
+  Backend& reference = BackendRegistry::global().get("reference");
+  MeasureOptions hot, evicting;
+  evicting.evict_bytes = size_t{2} << 20;
+  Measurer back_to_back(&db, this_machine(1), hot), evicted(&db, this_machine(1), evicting);
+
+  MeasureResult a = back_to_back.measure(g, {0, 1}, reference);
+  EXPECT_FALSE(a.cache_hit);
+  ASSERT_TRUE(a.record.ok) << a.record.reason;
+  MeasureResult b = evicted.measure(g, {0, 1}, reference);
+  EXPECT_FALSE(b.cache_hit) << "a back-to-back cost answered for an evicting measurement";
+  ASSERT_TRUE(b.record.ok) << b.record.reason;
+  EXPECT_GT(b.record.milliseconds, 0.0);
+  EXPECT_EQ(db.size(), 2);
+  EXPECT_TRUE(evicted.measure(g, {0, 1}, reference).cache_hit);
+  EXPECT_TRUE(back_to_back.measure(g, {0, 1}, reference).cache_hit);
 }
 
 TEST(Plan, JsonRoundTripAndErrors) {

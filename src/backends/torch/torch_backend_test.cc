@@ -24,6 +24,7 @@ using testing::attr_s;
 using testing::compile_error;
 using testing::expect_like_reference;
 using testing::GraphBuilder;
+using testing::has_match;
 using testing::pick;
 using testing::run_backend_and_reference;
 using testing::tolerance_ratio;
@@ -40,15 +41,6 @@ Backend& torch_graph() {
 void expect_both_like_reference(const Graph& g, const std::string& what) {
   expect_like_reference(torch_ops(), g, what);
   expect_like_reference(torch_graph(), g, what);
-}
-
-bool has_match(Backend& backend, const Graph& g, const std::vector<ValueId>& outputs_of) {
-  std::vector<NodeId> want;
-  for (ValueId v : outputs_of) want.push_back(g.value(v).producer);
-  std::sort(want.begin(), want.end());
-  for (const Match& m : find_matches(g, backend))
-    if (m.nodes == want) return true;
-  return false;
 }
 
 TEST(TorchBackend, Identity) {

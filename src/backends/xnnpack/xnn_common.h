@@ -15,13 +15,14 @@ namespace collage::xnnpack {
 // partitioner just skips that match; anything else is a kBackend failure.
 void check_status(xnn_status status, const char* what);
 
+const char* status_name(xnn_status status);
+
 // pthreadpool's workers spin ~10^6 iterations after each parallel call before sleeping. In a
 // plan that mixes backends the next kernel is usually another library's, whose own pool
 // then shares the cores with spinning xnnpack workers (measured: a TorchScript region ran
 // 30 ms alone, 50 ms right after an xnnpack kernel). So every operator and runtime yields
 // its workers as soon as it is done: a futex wake-up per kernel costs far less.
 inline constexpr uint32_t kOperatorFlags = XNN_FLAG_YIELD_WORKERS;
-const char* status_name(xnn_status status);
 
 struct OperatorDeleter {
   void operator()(xnn_operator_t op) const { xnn_delete_operator(op); }
