@@ -105,6 +105,17 @@ def model_summary(model_dir):
         for run in load_json_lines(path):
             ort_samples.extend(run.get("samples", []))
             ort_version = run.get("ort_version", ort_version)
+    placement, kernels = [], 0
+    try:
+        with open(os.path.join(model_dir, "plan.json"), encoding="utf-8") as f:
+            groups = json.load(f).get("groups", [])
+        nodes = {}
+        for g in groups:
+            nodes[g["backend"]] = nodes.get(g["backend"], 0) + len(g["nodes"])
+        placement = sorted(nodes.items(), key=lambda kv: -kv[1])
+        kernels = len(groups)
+    except (OSError, ValueError, KeyError):
+        pass
     check = (load_json_lines(os.path.join(model_dir, "ort_check.json")) or [{}])[0]
     compare = check.get("compare")
     return {
@@ -117,6 +128,8 @@ def model_summary(model_dir):
                   for n in order if plans[n]},
         "order": [n for n in order if plans[n]],
         "predicted": predicted,
+        "placement": placement,
+        "kernels": kernels,
         "ort": ({"median": median(ort_samples), "min": min(ort_samples), "n": len(ort_samples)}
                 if ort_samples else None),
         "ort_version": ort_version,
@@ -196,7 +209,7 @@ def summarize(work, out_dir):
         def cell(p):
             if not p:
                 return "n/a"
-            if not p["timed"]:
+            if not p.get("timed", True):
                 return f"{fmt_ms(p['median'])} (1 run)"
             return f"{fmt_ms(p['median'])} ({fmt_ms(p['min'])})"
         tuned = r["plans"].get("tuned")
@@ -214,6 +227,23 @@ def summarize(work, out_dir):
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("![speed-ups](speedups.svg)")
+    lines.append("")
+    lines.append("The tuned plans: where their nodes run, and their predicted latency (the sum of "
+                 "their groups' costs, each measured alone by `collage tune`, plus one executor "
+                 "step overhead per kernel) against the median measured above.")
+    lines.append("")
+    lines.append("| model | placement (nodes per backend) | kernels | predicted ms | "
+                 "measured ms | error |")
+    lines.append("|---|---|---:|---:|---:|---:|")
+    for r in rows:
+        tuned = r["plans"].get("tuned")
+        if not tuned or not r.get("placement"):
+            continue
+        placement = ", ".join(f"{b} {n}" for b, n in r["placement"])
+        pred = r["predicted"]
+        err = f"{(pred / tuned['median'] - 1) * 100:+.1f}%" if pred else "n/a"
+        lines.append(f"| {r['model']} | {placement} | {r['kernels']} | "
+                     f"{fmt_ms(pred) if pred else 'n/a'} | {fmt_ms(tuned['median'])} | {err} |")
     lines.append("")
     notes = [r for r in rows if r["status"] != "ok"]
     for r in notes:
