@@ -258,6 +258,28 @@ TEST(OnednnBackend, PoolingRandomized) {
   }
 }
 
+TEST(OnednnBackend, PoolingThenResidualAdd) {
+  // NASNet's cells: a pool whose output is added to another branch of the same shape. As a
+  // sum post-op oneDNN 2.6's pooling dropped the addend (the kernel returned the pool
+  // alone); the tuner's check caught it, but a whole-model onednn plan ran it wrong.
+  for (const char* op : {"MaxPool", "AveragePool"})
+    for (int64_t stride : {1, 2}) {
+      GraphBuilder b;
+      const int64_t in = stride == 2 ? 23 : 12, out = 12;
+      ValueId x = b.input("x", DType::kFloat32, {1, 11, in, in});
+      ValueId other = b.input("other", DType::kFloat32, {1, 11, out, out});
+      Attrs attrs = {{"kernel_shape", attr_ints({3, 3})},
+                     {"strides", attr_ints({stride, stride})},
+                     {"pads", attr_ints({1, 1, 1, 1})}};
+      if (std::string(op) == "AveragePool") attrs["count_include_pad"] = attr_i(0);
+      ValueId pooled = b.add1(op, {x}, attrs);
+      b.output(b.add1("Add", {pooled, other}));
+      const std::string what = std::string(op) + " stride " + std::to_string(stride);
+      ASSERT_TRUE(has_match(onednn(), b.graph(), {pooled, b.graph().outputs[0]})) << what;
+      expect_like_reference(b.graph(), what);
+    }
+}
+
 // ------------------------------------------------------------------- Normalizations
 
 TEST(OnednnBackend, BatchNormalization) {

@@ -15,6 +15,11 @@ std::string library_version() {
   return fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
 }
 
+std::string backend_version() {
+  constexpr int kKernelRevision = 2;
+  return fmt::format("{}+r{}", library_version(), kKernelRevision);
+}
+
 std::string effective_isa() {
   switch (dnnl_get_effective_cpu_isa()) {
     case dnnl_cpu_isa_sse41:

@@ -69,9 +69,10 @@ using ShapeMapper = std::function<std::optional<Shape>(const Shape&)>;
 
 // `dst_shape`: the tail's (= output's) shape. Runtime operands are read from `values`.
 // With `allow_sum`, the first runtime Add of a same-shape tensor becomes a sum post-op
-// (dst = result + dst, the residual copied in first). Only conv/matmul/pool take it:
-// oneDNN 2.6's binary primitive computed sign-flipped results with it (found by the
-// conformance suite on mvn_expanded), and a sum with scale -1 (Sub) misbehaved too.
+// (dst = result + dst, the residual copied in first). Only conv/matmul take it: oneDNN
+// 2.6's binary primitive computed sign-flipped results with it (found by the conformance
+// suite on mvn_expanded), its pooling ignored it (NASNet), and a sum with scale -1 (Sub)
+// misbehaved too.
 BoundPostOps bind_post_ops(const std::vector<PostOp>& ops, const Shape& dst_shape,
                            const ShapeMapper& map, ValueMemories& values, bool allow_sum = true);
 

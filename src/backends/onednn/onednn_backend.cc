@@ -46,7 +46,7 @@ bool layer_norm_check(const Graph& g, const Match& m) {
 class OnednnBackend : public Backend {
  public:
   std::string name() const override { return "onednn"; }
-  std::string version() const override { return library_version(); }
+  std::string version() const override { return backend_version(); }
   // oneDNN's CPU runtime here is OpenMP: it uses omp_get_max_threads() of the calling
   // thread, which set_thread_budget() already sets; there is no per-call thread count.
   std::string thread_model() const override { return "OpenMP"; }

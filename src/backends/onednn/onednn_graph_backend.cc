@@ -38,7 +38,7 @@ std::vector<std::string> region_ops() {
 class OnednnGraphBackend : public Backend {
  public:
   std::string name() const override { return "onednn-graph"; }
-  std::string version() const override { return library_version(); }
+  std::string version() const override { return backend_version(); }
   BackendKind kind() const override { return BackendKind::kGraphLevel; }
   // Same runtime as `onednn`: OpenMP, sized by the process thread budget.
   std::string thread_model() const override { return "OpenMP"; }

@@ -74,8 +74,11 @@ void emit_pool(const Graph& sub, ValueMemories& values) {
   // The output in the input's layout (format_tag::any follows the source for pooling).
   const dnnl::memory::desc dst_md =
       is_plain(src.get_desc()) ? plain_md(ys) : dnnl::memory::desc(to_dims(ys), dt::f32, tag::any);
+  // No sum post-op: oneDNN 2.6's pooling ignores it (the residual Add of NASNet's cells
+  // came out as the pool alone); a binary add post-op is exact.
   BoundPostOps post = bind_post_ops(
-      tail.ops, ys, [](const Shape& s) { return std::optional<Shape>(s); }, values);
+      tail.ops, ys, [](const Shape& s) { return std::optional<Shape>(s); }, values,
+      /*allow_sum=*/false);
   dnnl::primitive_attr attr = base_attr();
   attr.set_post_ops(post.ops);
   const dnnl::algorithm alg = is_max        ? dnnl::algorithm::pooling_max
