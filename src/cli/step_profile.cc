@@ -35,6 +35,11 @@ std::vector<double> alone_costs(const std::vector<PlanGroup>& steps, const Plan*
   return costs;
 }
 
+// "-" where the plan gave no cost (a session without a plan).
+std::string ms_or_dash(double ms) {
+  return ms > 0 ? fmt::format("{:.3f}", ms) : std::string("-");
+}
+
 std::string ratio(double in_model, double alone) {
   return alone > 0 ? fmt::format("{:.2f}x", in_model / alone) : std::string("-");
 }
@@ -67,8 +72,8 @@ void print_step_profile(Session& session, const std::vector<Tensor>& inputs, int
              "alone ms", "ratio", "nodes");
   for (size_t k = 0; k < std::min(kStepsShown, order.size()); ++k) {
     size_t s = order[k];
-    fmt::print("  {:>5} {:<14} {:>10.3f} {:>10.3f} {:>7}  {}\n", s, steps[s].backend, in_model[s],
-               alone[s], ratio(in_model[s], alone[s]), describe(steps[s]));
+    fmt::print("  {:>5} {:<14} {:>10.3f} {:>10} {:>7}  {}\n", s, steps[s].backend, in_model[s],
+               ms_or_dash(alone[s]), ratio(in_model[s], alone[s]), describe(steps[s]));
   }
   if (order.size() > kStepsShown) fmt::print("  ... {} more steps\n", order.size() - kStepsShown);
 
@@ -85,8 +90,8 @@ void print_step_profile(Session& session, const std::vector<Tensor>& inputs, int
   }
   fmt::print("  by backend:\n");
   for (const auto& [name, share] : shares)
-    fmt::print("  {:>5} {:<14} {:>10.3f} {:>10.3f} {:>7}  {} steps\n", "", name, share.in_model,
-               share.alone, ratio(share.in_model, share.alone), share.steps);
+    fmt::print("  {:>5} {:<14} {:>10.3f} {:>10} {:>7}  {} steps\n", "", name, share.in_model,
+               ms_or_dash(share.alone), ratio(share.in_model, share.alone), share.steps);
   fmt::print(
       "  sum of steps: median {:.3f} ms per run (the rest of a run's latency is the "
       "executor's own work)\n",
