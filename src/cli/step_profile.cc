@@ -6,15 +6,12 @@
 #include <map>
 #include <numeric>
 
+#include "runtime/interleaved_timing.h"
+
 namespace collage::cli {
 namespace {
 
 constexpr size_t kStepsShown = 15;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 std::string describe(const PlanGroup& g) {
   if (g.nodes.size() == 1) return g.nodes.front();
@@ -57,7 +54,7 @@ void print_step_profile(Session& session, const std::vector<Tensor>& inputs, int
     totals.push_back(std::accumulate(step_ms.begin(), step_ms.end(), 0.0));
   }
   std::vector<double> in_model(steps.size());
-  for (size_t s = 0; s < steps.size(); ++s) in_model[s] = median(samples[s]);
+  for (size_t s = 0; s < steps.size(); ++s) in_model[s] = median_of(samples[s]);
   const std::vector<double> alone = alone_costs(steps, plan);
 
   std::vector<size_t> order(steps.size());
@@ -95,7 +92,7 @@ void print_step_profile(Session& session, const std::vector<Tensor>& inputs, int
   fmt::print(
       "  sum of steps: median {:.3f} ms per run (the rest of a run's latency is the "
       "executor's own work)\n",
-      median(totals));
+      median_of(totals));
 }
 
 }  // namespace collage::cli

@@ -33,6 +33,20 @@ inline ErrorKind compile_error(Backend& backend, const Graph& g) {
   return ErrorKind::kInternal;
 }
 
+// compile() must refuse `g` as kUnsupported (the partitioner then skips the match), with
+// `needle` in its message when one is given.
+inline void expect_unsupported(Backend& backend, const Graph& g, const std::string& what,
+                               const std::string& needle = "") {
+  try {
+    backend.compile(g);
+    ADD_FAILURE() << backend.name() << ": " << what << ": compiled";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << what << ": " << e.what();
+    if (!needle.empty())
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
+  }
+}
+
 // Uniform in [lo, hi].
 inline int64_t pick(std::mt19937& rng, int64_t lo, int64_t hi) {
   return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
