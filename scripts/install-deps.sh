@@ -12,7 +12,9 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libsqlite3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # backends
-  libdnnl-dev libopenblas-dev libopenblas0-pthread libxnnpack-dev libpthreadpool-dev
+  # Debian builds oneDNN with its OpenCL GPU runtime, so dnnl-config.cmake needs the OpenCL
+  # headers and library; libdnnl-dev only *recommends* them (we install no recommends).
+  libdnnl-dev ocl-icd-opencl-dev opencl-headers libopenblas-dev libopenblas0-pthread libxnnpack-dev libpthreadpool-dev
   libhalide14-0-dev libtorch-dev
   # PyTorch's exporter, used by tests to make real exported models
   python3-torch python3-torchvision python3-onnx python3-numpy
