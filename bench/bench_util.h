@@ -12,6 +12,7 @@
 
 #include "collage/backend.h"
 #include "collage/session.h"
+#include "runtime/threads.h"
 
 namespace collage::bench {
 
@@ -41,11 +42,23 @@ class TimeKeepingReporter : public benchmark::ConsoleReporter {
   std::map<std::string, double> seconds_;
 };
 
-// Sets the thread budget (and every backend's pool) from `variable`, default 1.
-inline void set_threads_from_env(const char* variable) {
+// The benchmark's thread count; kernels are compiled for it (bench_options()).
+inline int& bench_threads() {
+  static int threads = 1;
+  return threads;
+}
+// Sets it (0 = every core) on this thread too, for OpenMP kernels.
+inline void set_bench_threads(int threads) {
+  bench_threads() = resolve_threads(threads);
+  use_threads_on_this_thread(bench_threads());
+}
+// From `variable`, else `fallback`.
+inline void set_threads_from_env(const char* variable, int fallback = 1) {
   const char* env = std::getenv(variable);
-  set_thread_budget(env ? std::atoi(env) : 1);
-  for (Backend* b : BackendRegistry::global().all()) b->set_threads(thread_budget());
+  set_bench_threads(env ? std::atoi(env) : fallback);
+}
+inline CompileOptions bench_options() {
+  return CompileOptions{"", bench_threads()};
 }
 
 }  // namespace collage::bench

@@ -30,7 +30,7 @@ struct Compiled {
 
 Compiled compile_on(Backend& backend, Graph g) {
   Compiled c;
-  c.kernel = backend.compile(g);
+  c.kernel = backend.compile(g, bench::bench_options());
   c.inputs = random_inputs(g, 1);
   for (ValueId v : g.outputs) c.outputs.emplace_back(g.value(v).dtype, g.value(v).shape);
   c.graph = std::move(g);
@@ -265,11 +265,12 @@ int main(int argc, char** argv) {
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
 
+  bench::set_threads_from_env("BLAS_BENCH_THREADS", 0);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   for (const std::string& line : BackendRegistry::global().get("blas").details())
     std::printf("blas: %s\n", line.c_str());
-  std::printf("threads: %d\n", thread_budget());
+  std::printf("threads: %d\n", bench::bench_threads());
   RatioReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   reporter.print_ratios(names);

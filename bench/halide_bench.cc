@@ -96,10 +96,9 @@ double boundary_bytes(const Graph& g) {
 void BM_Chain(benchmark::State& state, const Case* c, const char* backend_name) {
   Graph g = c->make();
   Backend& backend = BackendRegistry::global().get(backend_name);
-  backend.set_threads(thread_budget());
   std::unique_ptr<Kernel> kernel;
   try {
-    kernel = backend.compile(g);
+    kernel = backend.compile(g, collage::bench::bench_options());
   } catch (const Error& e) {
     state.SkipWithError(e.what());  // reported as an error row, never as a time
     return;

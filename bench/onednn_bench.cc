@@ -81,7 +81,8 @@ void set_flops(benchmark::State& state, double flops) {
 
 // Runs a compiled kernel over graph inputs/outputs prepared once.
 void run_kernel(benchmark::State& state, const Graph& g, double flops) {
-  std::unique_ptr<Kernel> kernel = BackendRegistry::global().get("onednn").compile(g);
+  std::unique_ptr<Kernel> kernel =
+      BackendRegistry::global().get("onednn").compile(g, collage::bench::bench_options());
   std::vector<Tensor> inputs = random_inputs(g, 1), outputs;
   for (ValueId v : g.outputs) outputs.emplace_back(g.value(v).dtype, g.value(v).shape);
   kernel->run(inputs, outputs);  // warm-up: first touches

@@ -59,7 +59,8 @@ Graph conv_graph(const Conv3dCase& c) {
 
 void BM_Conv3d(benchmark::State& state, const char* backend, Conv3dCase c) {
   const Graph g = conv_graph(c);
-  std::unique_ptr<Kernel> kernel = BackendRegistry::global().get(backend).compile(g);
+  std::unique_ptr<Kernel> kernel =
+      BackendRegistry::global().get(backend).compile(g, collage::bench::bench_options());
   std::vector<Tensor> inputs = random_inputs(g, 1), outputs;
   for (ValueId v : g.outputs) outputs.emplace_back(g.value(v).dtype, g.value(v).shape);
   kernel->run(inputs, outputs);  // warm-up

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backends/xnnpack/layout.h"
+#include "bench_util.h"
 #include "collage/backend.h"
 #include "collage/session.h"
 #include "graph_builder.h"
@@ -90,8 +91,8 @@ void set_flops(benchmark::State& state, double flops) {
 
 void run_collage_kernel(benchmark::State& state, const Graph& graph, const char* backend,
                         double flops) {
-  std::unique_ptr<collage::Kernel> kernel =
-      collage::BackendRegistry::global().get(backend).compile(graph);
+  std::unique_ptr<collage::Kernel> kernel = collage::BackendRegistry::global().get(backend).compile(
+      graph, collage::bench::bench_options());
   std::vector<Tensor> inputs = collage::random_inputs(graph, 1);
   std::vector<Tensor> outputs;
   for (collage::ValueId v : graph.outputs)
@@ -105,7 +106,7 @@ void run_collage_kernel(benchmark::State& state, const Graph& graph, const char*
 pthreadpool_t direct_pool() {
   static pthreadpool_t pool = [] {
     xnn_initialize(nullptr);
-    int threads = collage::thread_budget();
+    int threads = collage::bench::bench_threads();
     return threads > 1 ? pthreadpool_create(threads) : nullptr;
   }();
   return pool;
@@ -205,12 +206,13 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  collage::bench::set_bench_threads(0);
   // --threads=N sizes both the backend's pool and the direct calls' pool (default: the
   // process budget, every core). One thread gives stable numbers on a shared machine.
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg.rfind("--threads=", 0) != 0) continue;
-    collage::set_thread_budget(std::stoi(arg.substr(10)));
+    collage::bench::set_bench_threads(std::stoi(arg.substr(10)));
     for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
     --argc;
     break;

@@ -54,8 +54,8 @@ class StandInBackend : public Backend {
   std::string name() const override { return name_; }
   std::string version() const override { return "fuzz-stand-in"; }
   std::vector<PatternEntry> patterns() const override { return {}; }
-  std::unique_ptr<Kernel> compile(const Graph& subgraph) override {
-    return std::make_unique<GraphKernel>(subgraph, compile_reference_node, name_);
+  std::unique_ptr<Kernel> compile(const Graph& subgraph, const CompileOptions&) override {
+    return std::make_unique<GraphKernel>(subgraph, compile_reference_node);
   }
 
  private:

@@ -56,7 +56,8 @@ class ClampBackend : public collage::Backend {
                                is_clamp)};
   }
 
-  std::unique_ptr<collage::Kernel> compile(const Graph& g) override {
+  std::unique_ptr<collage::Kernel> compile(const Graph& g,
+                                           const collage::CompileOptions&) override {
     if (g.inputs.size() != 1 || g.outputs.size() != 1 ||
         g.value(g.inputs[0]).dtype != collage::DType::kFloat32)
       collage::fail(collage::ErrorKind::kUnsupported, "example-clamp takes one float32 chain");

@@ -25,6 +25,26 @@ enum class BackendKind {
 };
 const char* backend_kind_name(BackendKind kind);
 
+// How a kernel is built: which of the backend's ways of computing the same nodes, and for
+// how many threads. Both are part of a measured cost's key and of a plan.
+struct CompileOptions {
+  // One of Backend::variants(subgraph) (an algorithm such as a Winograd convolution, or a
+  // build choice); "" is the backend's default.
+  std::string variant;
+  // Threads the kernel runs with. The runtime sets the calling thread's OpenMP thread count
+  // to this before every run() (OpenMP's count is per calling thread), so OpenMP-based
+  // kernels need do nothing; a backend with a pool of its own sizes it from here.
+  int threads = 1;
+};
+
+// Whether a kernel's thread count holds whatever runs beside it. The concurrent executor
+// runs independent steps at once, each on its share of the threads.
+enum class ThreadControl {
+  kPerKernel,    // each kernel uses exactly its own count (per-thread OpenMP, own pools)
+  kProcessWide,  // the library has one count per process (OpenBLAS's pthreads): kernels of
+                 // this backend with different counts must not run at the same time
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -43,20 +63,24 @@ class Backend {
   virtual std::vector<PatternEntry> patterns() const = 0;
   virtual std::vector<FusionRule> fusion_rules() const { return {}; }
 
+  // The variants this backend can build for `subgraph` (a match of its patterns): the
+  // search measures each and keeps the fastest. The first is the default. Only variants
+  // that may be faster somewhere belong here; each costs a measurement per candidate.
+  virtual std::vector<std::string> variants(const Graph& subgraph) const { return {""}; }
+  virtual ThreadControl thread_control() const { return ThreadControl::kPerKernel; }
+
   // Builds a kernel for `subgraph`: a standalone graph whose inputs and outputs are the
   // kernel's (see extract_subgraph). Weight packing and primitive creation happen here,
-  // once. Throws Error (kUnsupported or kBackend) with the reason when it can't.
-  virtual std::unique_ptr<Kernel> compile(const Graph& subgraph) = 0;
-
-  // The process-wide thread budget changed; backends with their own pools resize them.
-  virtual void set_threads(int threads) {}
+  // once. Throws Error (kUnsupported or kBackend) with the reason when it can't; an unknown
+  // variant is kUnsupported.
+  virtual std::unique_ptr<Kernel> compile(const Graph& subgraph, const CompileOptions& options) = 0;
 };
 
 class BackendRegistry {
  public:
   // Bumped whenever Backend/Kernel/Graph change layout: plugins built against another
   // version are refused.
-  static constexpr int kAbiVersion = 1;
+  static constexpr int kAbiVersion = 2;  // 2: compile() takes CompileOptions
 
   // The process-wide registry, with every built-in backend registered.
   static BackendRegistry& global();
@@ -66,6 +90,10 @@ class BackendRegistry {
   // Throws Error(kInvalidArgument) listing the available names.
   Backend& get(const std::string& name) const;
   std::vector<Backend*> all() const;
+  // The backend every op runs on when no other takes it: the reference implementations,
+  // the correctness oracle. The one place that names it.
+  Backend& fallback() const;
+  bool is_fallback(const Backend& backend) const { return &backend == &fallback(); }
 
   // dlopen()s `path` and calls its collage_register_backends. Throws Error(kIo) when it
   // can't be loaded or lacks the function.

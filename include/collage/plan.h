@@ -1,5 +1,12 @@
-// A placement: which nodes run together on which backend. Written by `collage tune` as
+// A placement and its schedule: which nodes run together on which backend (built how, with
+// how many threads), and which groups run at the same time. Written by `collage tune` as
 // JSON, reusable by `collage run --plan` and the C++ Session.
+//
+// Format version 2 (version 1, without variant/threads/stage/lane, still loads: its groups
+// run one after another with the plan's thread count). Groups are listed in execution
+// order. Groups of one `stage` run at the same time, one `lane` per worker: the groups of a
+// lane run in their listed order, each lane on `threads` threads of its own. Stages run one
+// after another. Every group in stage 0, lane 0 is the sequential schedule.
 #pragma once
 
 #include <map>
@@ -13,13 +20,19 @@ namespace collage {
 struct PlanGroup {
   std::vector<std::string> nodes;  // node names, in execution order
   std::string backend;
+  std::string variant;  // the backend's way of building it ("" = its default)
+  int threads = 0;      // threads the kernel runs with (0 = the plan's count)
+  int stage = 0;
+  int lane = 0;
   double cost_ms = 0;  // measured alone (0 when unknown)
 };
 
 struct Plan {
+  static constexpr int kFormatVersion = 2;
+
   std::string model_hash;  // model_hash() of the graph it was made for
   std::string hardware;    // fingerprint of the machine it was tuned on
-  int threads = 0;
+  int threads = 0;         // the thread budget it was tuned for (every lane's share together)
   std::map<std::string, std::string> backend_versions;
   std::string optimizer;          // "op-level", "two-level", or "single:<backend>"
   std::vector<PlanGroup> groups;  // every node in exactly one group, in execution order

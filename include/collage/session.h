@@ -15,9 +15,12 @@ namespace collage {
 
 struct SessionOptions {
   LoadOptions load;
-  int threads = 0;  // 0 = every core
-  // Run every node this backend can take on it and the rest on "reference".
-  std::string backend = "reference";
+  // Threads the session runs with (0 = every core). A plan's groups run with the counts
+  // the plan gives them, at most this many.
+  int threads = 0;
+  // Run every node this backend can take on it and the rest on the fallback backend
+  // (reference); "" = everything on the fallback.
+  std::string backend;
 };
 
 struct RunStats {
@@ -25,6 +28,12 @@ struct RunStats {
 };
 
 class Executor;
+
+// When a step of a run ran, for profiles and timelines.
+struct StepTiming {
+  double start_ms = 0, end_ms = 0;  // since the run began
+  int worker = 0;                   // 0 = the calling thread, k = the worker of lane k
+};
 
 class Session {
  public:
@@ -45,9 +54,10 @@ class Session {
   // Runs without copying outputs out of the arena: for timing loops. The returned views
   // are valid until the next run.
   std::vector<Tensor> run_views(const std::vector<Tensor>& inputs);
-  // run_views that also writes each step's wall time (ms) to `step_ms`, one per entry of
-  // plan().groups, in order.
-  std::vector<Tensor> run_profiled(const std::vector<Tensor>& inputs, std::vector<double>& step_ms);
+  // run_views that also records when each step ran (one entry per plan().groups entry, in
+  // order; see runtime/executor.h).
+  std::vector<Tensor> run_profiled(const std::vector<Tensor>& inputs,
+                                   std::vector<StepTiming>& timings);
   // Bytes of the intermediate-value arena (after liveness-based reuse).
   size_t arena_bytes() const;
   // How many kernels (steps) one run launches, and on which backend each node runs.
@@ -55,8 +65,10 @@ class Session {
   std::vector<std::string> node_backends() const;
   // The placement this session runs, as a plan (no costs).
   Plan plan() const;
+  int threads() const { return threads_; }
 
  private:
+  int threads_ = 1;
   // Held by pointer: the executor keeps references into the graph, which must not move.
   std::unique_ptr<Graph> graph_;
   std::unique_ptr<Executor> executor_;
@@ -65,9 +77,5 @@ class Session {
 // Random inputs for a graph (uniform floats in [-1, 1), small non-negative ints),
 // reproducible from `seed`.
 std::vector<Tensor> random_inputs(const Graph& graph, uint64_t seed = 1);
-
-// Sets the process-wide thread budget (OpenMP, BLAS, pthreadpool...); 0 = all cores.
-void set_thread_budget(int threads);
-int thread_budget();
 
 }  // namespace collage

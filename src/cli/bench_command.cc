@@ -13,6 +13,8 @@
 #include "collage/backend.h"
 #include "collage/session.h"
 #include "runtime/interleaved_timing.h"
+#include "runtime/threads.h"
+#include "search/never_worse.h"
 
 namespace collage::cli {
 namespace {
@@ -37,7 +39,7 @@ int bench(const BenchOptions& o) {
     names.push_back("tuned");
   }
   for (Backend* b : BackendRegistry::global().all()) {
-    if (b->name() == "reference" || !b->available()) continue;
+    if (BackendRegistry::global().is_fallback(*b) || !b->available()) continue;
     SessionOptions options = base;
     options.backend = b->name();
     sessions.emplace_back(graph, options);
@@ -49,17 +51,15 @@ int bench(const BenchOptions& o) {
     s.run_views(inputs);
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
-  // Warm-up, which also sorts out the plans not worth timing: one over kTooSlow times the
-  // fastest warm-up is reported from its warm-up run alone (e.g. a whole CNN on Halide's
-  // generated convolutions, seconds per run, next to milliseconds).
-  constexpr double kTooSlow = 5;
+  // Warm-up, which also gives the estimates of the never-worse rule (search/never_worse.h):
+  // a plan over kNotWorthTiming times the fastest warm-up is reported from its warm-up run
+  // alone (e.g. a whole CNN on Halide's generated convolutions, seconds per run).
   std::vector<double> warm(sessions.size(), 0);
   for (int w = 0; w < std::max(1, o.warmup); ++w)
     for (size_t i = 0; i < sessions.size(); ++i) warm[i] = time_run(sessions[i]);
-  const double fastest = *std::min_element(warm.begin(), warm.end());
-  std::vector<bool> timed(sessions.size());
-  for (size_t i = 0; i < sessions.size(); ++i)
-    timed[i] = names[i] == "tuned" || warm[i] <= kTooSlow * fastest;
+  std::vector<bool> must(sessions.size());
+  for (size_t i = 0; i < sessions.size(); ++i) must[i] = names[i] == "tuned";
+  const std::vector<bool> timed = worth_timing(warm, must);
   std::vector<std::function<void()>> runs;
   std::vector<size_t> timed_index;
   for (size_t i = 0; i < sessions.size(); ++i)
@@ -73,8 +73,9 @@ int bench(const BenchOptions& o) {
     samples[timed_index[k]] = std::move(timed_samples[k]);
   for (size_t i = 0; i < sessions.size(); ++i)
     if (!timed[i]) samples[i] = {warm[i]};
+  const int threads = sessions.empty() ? resolve_threads(o.threads) : sessions.front().threads();
   fmt::print("{} ({} threads, {} interleaved rounds, each timed run after an untimed one)\n",
-             o.model.path, thread_budget(), o.repeat);
+             o.model.path, threads, o.repeat);
   fmt::print("  {:<16} {:>12} {:>12} {:>7}\n", "plan", "median ms", "min ms", "steps");
   nlohmann::json plans = nlohmann::json::array();
   for (size_t i = 0; i < sessions.size(); ++i) {
@@ -85,7 +86,7 @@ int bench(const BenchOptions& o) {
     std::sort(samples[i].begin(), samples[i].end());
     fmt::print("  {:<16} {:>12.3f} {:>12.3f} {:>7}{}\n", names[i],
                samples[i][samples[i].size() / 2], samples[i][0], sessions[i].num_steps(),
-               timed[i] ? "" : fmt::format("   (one run: over {}x the fastest)", kTooSlow));
+               timed[i] ? "" : fmt::format("   (one run: over {}x the fastest)", kNotWorthTiming));
     plans.back()["median_ms"] = samples[i][samples[i].size() / 2];
     plans.back()["min_ms"] = samples[i][0];
     if (names[i] == "tuned") plans.back()["predicted_ms"] = predicted;
@@ -93,7 +94,7 @@ int bench(const BenchOptions& o) {
   if (!o.plan_path.empty()) fmt::print("  {:<16} {:>12.3f}\n", "predicted", predicted);
   if (!o.json_path.empty()) {
     nlohmann::json out = {{"model", o.model.path},
-                          {"threads", thread_budget()},
+                          {"threads", threads},
                           {"repeat", o.repeat},
                           {"warmup", o.warmup},
                           {"plans", plans}};

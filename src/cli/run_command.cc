@@ -10,7 +10,9 @@
 
 #include "cli/commands.h"
 #include "cli/step_profile.h"
+#include "collage/backend.h"
 #include "collage/session.h"
+#include "util/compare.h"
 
 namespace collage::cli {
 namespace {
@@ -19,7 +21,7 @@ namespace fs = std::filesystem;
 
 struct RunOptions {
   ModelOptions model;
-  std::string inputs_dir, outputs_dir, backend = "reference", plan_path;
+  std::string inputs_dir, outputs_dir, backend, plan_path;
   bool verify = false, profile = false;
   int threads = 0, repeat = 1, warmup = 1;
   uint64_t seed = 1;
@@ -58,24 +60,18 @@ void print_output(size_t i, const std::string& name, const Tensor& t) {
              dtype_name(t.dtype()), shape_to_string(t.shape()), sum, l1);
 }
 
-// --verify: the same inputs through the reference backend; any output outside tolerance is
-// a failure (exit status 1), since the plan or backend computed something wrong.
+// --verify: the same inputs through the fallback (reference) backend; any output outside the
+// tolerance the tuner checks kernels with is a failure (exit status 1), since the plan or
+// backend computed something wrong.
 void verify_against_reference(const Graph& graph, const std::vector<Tensor>& inputs,
-                              const std::vector<Tensor>& outputs) {
-  Session reference(graph, SessionOptions{});
-  std::vector<Tensor> want = reference.run(inputs);
-  for (size_t i = 0; i < want.size(); ++i) {
-    double scale = 0;
-    for (int64_t k = 0; k < want[i].numel(); ++k)
-      scale = std::max(scale, std::fabs(want[i].get_as_double(k)));
-    for (int64_t k = 0; k < want[i].numel(); ++k) {
-      double a = outputs[i].get_as_double(k), b = want[i].get_as_double(k);
-      if (!(std::fabs(a - b) <= 1e-4 * scale + 1e-3 * std::fabs(b)) &&
-          !(std::isnan(a) && std::isnan(b)))
-        fail(ErrorKind::kBackend, "--verify: output {} element {} is {} but reference gives {}", i,
-             k, a, b);
-    }
-  }
+                              const std::vector<Tensor>& outputs, int threads) {
+  SessionOptions options;
+  options.threads = threads;
+  Session reference(graph, options);
+  std::string diff =
+      compare_outputs(outputs, reference.run(inputs), Tolerance::backend_vs_reference());
+  if (!diff.empty())
+    fail(ErrorKind::kBackend, "--verify: the outputs differ from reference: {}", diff);
   fmt::print("verify: outputs match the reference backend\n");
 }
 
@@ -103,11 +99,13 @@ int run(const RunOptions& o) {
     auto stop = std::chrono::steady_clock::now();
     ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
   }
+  const std::string backend =
+      o.backend.empty() ? BackendRegistry::global().fallback().name() : o.backend;
   fmt::print("model: {} ({} nodes, opset {}, {}, {} threads, {} kernels)\n", o.model.path,
              graph.num_nodes(), graph.opset,
-             o.plan_path.empty() ? "backend " + o.backend : "plan " + o.plan_path, thread_budget(),
+             o.plan_path.empty() ? "backend " + backend : "plan " + o.plan_path, session.threads(),
              session.num_steps());
-  if (o.verify) verify_against_reference(loaded, inputs, outputs);
+  if (o.verify) verify_against_reference(loaded, inputs, outputs, session.threads());
   for (size_t i = 0; i < outputs.size(); ++i)
     print_output(i, graph.value(graph.outputs[i]).name, outputs[i]);
   if (!o.outputs_dir.empty()) {
@@ -142,8 +140,9 @@ Action add_run_command(CLI::App& app) {
   cmd->add_option("--warmup", o->warmup, "untimed runs first")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--backend", o->backend, "backend for every node it can take")
-      ->capture_default_str();
+  cmd->add_option("--backend", o->backend,
+                  "backend for every node it can take, the rest on the fallback (default: "
+                  "everything on the fallback, reference)");
   cmd->add_option("--seed", o->seed, "seed of the random inputs")->capture_default_str();
   cmd->add_option("--plan", o->plan_path, "run the placement from `collage tune`");
   cmd->add_flag("--verify", o->verify, "compare the outputs with the reference backend's");

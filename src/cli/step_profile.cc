@@ -47,11 +47,16 @@ void print_step_profile(Session& session, const std::vector<Tensor>& inputs, int
                         const Plan* plan) {
   const std::vector<PlanGroup> steps = session.plan().groups;
   std::vector<std::vector<double>> samples(steps.size());
-  std::vector<double> step_ms, totals;
+  std::vector<StepTiming> timings;
+  std::vector<double> totals;
   for (int r = 0; r < runs; ++r) {
-    session.run_profiled(inputs, step_ms);
-    for (size_t s = 0; s < steps.size(); ++s) samples[s].push_back(step_ms[s]);
-    totals.push_back(std::accumulate(step_ms.begin(), step_ms.end(), 0.0));
+    session.run_profiled(inputs, timings);
+    double total = 0;
+    for (size_t s = 0; s < steps.size(); ++s) {
+      samples[s].push_back(timings[s].end_ms - timings[s].start_ms);
+      total += samples[s].back();
+    }
+    totals.push_back(total);
   }
   std::vector<double> in_model(steps.size());
   for (size_t s = 0; s < steps.size(); ++s) in_model[s] = median_of(samples[s]);

@@ -9,6 +9,9 @@
 namespace collage {
 namespace {
 
+// The backend that runs what no other takes (src/backends/reference): named here only.
+constexpr const char* kFallbackBackend = "reference";
+
 // Built-in backends register here during static initialisation; global() adopts them.
 std::vector<std::function<std::shared_ptr<Backend>()>>& pending_builtins() {
   static std::vector<std::function<std::shared_ptr<Backend>()>> list;
@@ -30,11 +33,11 @@ BackendRegistry& BackendRegistry::global() {
   static std::once_flag once;
   std::call_once(once, [] {
     for (auto& make : pending_builtins()) registry.add(make());
-    // Stable order for listings: reference first, then by name.
+    // Stable order for listings: the fallback first, then by name.
     std::stable_sort(registry.backends_.begin(), registry.backends_.end(),
                      [](const auto& a, const auto& b) {
-                       if ((a->name() == "reference") != (b->name() == "reference"))
-                         return a->name() == "reference";
+                       if ((a->name() == kFallbackBackend) != (b->name() == kFallbackBackend))
+                         return a->name() == kFallbackBackend;
                        return a->name() < b->name();
                      });
   });
@@ -61,6 +64,13 @@ Backend& BackendRegistry::get(const std::string& name) const {
   std::string names;
   for (const auto& b : backends_) names += (names.empty() ? "" : ", ") + b->name();
   fail(ErrorKind::kInvalidArgument, "unknown backend '{}' (available: {})", name, names);
+}
+
+Backend& BackendRegistry::fallback() const {
+  Backend* b = find(kFallbackBackend);
+  if (!b)
+    fail(ErrorKind::kInternal, "the fallback backend '{}' is not registered", kFallbackBackend);
+  return *b;
 }
 
 std::vector<Backend*> BackendRegistry::all() const {

@@ -4,22 +4,88 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
+#include "runtime/lane_workers.h"
 #include "runtime/memory_plan.h"
+#include "runtime/threads.h"
 
 namespace collage {
+namespace {
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+std::string Step::backend_name() const {
+  return candidate.backend ? candidate.backend->name() : "-";
+}
 
 Executor::Executor(const Graph& graph, std::vector<Step> steps)
     : graph_(graph), steps_(std::move(steps)) {
-  const int end_of_run = static_cast<int>(steps_.size());
+  // Stages, and each step's place in time: a step of a one-lane stage has a time of its own;
+  // every step of a concurrent stage shares the stage's one time, so that buffers live
+  // anywhere in the stage conflict with each other in the memory plan.
+  std::vector<int> time(steps_.size());
+  std::vector<int> stage_of(steps_.size());
+  int t = -1;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& step = steps_[s];
+    if (step.stage < 0 || step.lane < 0 || (s > 0 && step.stage < steps_[s - 1].stage))
+      fail(ErrorKind::kInternal, "executor: steps out of stage order at step {}", s);
+    if (stages_.empty() || step.stage != steps_[s - 1].stage) stages_.emplace_back();
+    Stage& stage = stages_.back();
+    if (static_cast<int>(stage.lanes.size()) <= step.lane) stage.lanes.resize(step.lane + 1);
+    stage.lanes[step.lane].push_back(s);
+    stage_of[s] = static_cast<int>(stages_.size()) - 1;
+  }
+  for (Stage& stage : stages_) {
+    std::erase_if(stage.lanes, [](const auto& lane) { return lane.empty(); });
+    max_lanes_ = std::max(max_lanes_, static_cast<int>(stage.lanes.size()));
+  }
+  {
+    size_t s = 0;
+    for (const Stage& stage : stages_) {
+      size_t n = 0;
+      for (const auto& lane : stage.lanes) n += lane.size();
+      if (stage.lanes.size() == 1) {
+        for (size_t i = 0; i < n; ++i) time[s + i] = ++t;
+      } else {
+        ++t;
+        for (size_t i = 0; i < n; ++i) time[s + i] = t;
+      }
+      s += n;
+    }
+  }
+
   const size_t nv = graph_.num_values();
+  // Which step writes each value: a step may read a value of its own stage only from an
+  // earlier step of its lane (another lane's value may not be written yet).
+  std::vector<int> producer(nv, -1);
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    for (ValueId v : steps_[s].inputs) {
+      if (v == kNoValue || producer[v] < 0) continue;
+      const Step& p = steps_[producer[v]];
+      if (stage_of[producer[v]] == stage_of[s] && p.lane != steps_[s].lane)
+        fail(ErrorKind::kInternal, "executor: step {} reads a value of lane {} in its own stage", s,
+             p.lane);
+    }
+    for (ValueId v : steps_[s].outputs)
+      if (v != kNoValue) producer[v] = static_cast<int>(s);
+  }
+
+  const int end_of_run = t + 1;
   std::vector<int> first(nv, INT_MAX), last(nv, -2);
   for (ValueId v : graph_.inputs) first[v] = -1;
   for (size_t s = 0; s < steps_.size(); ++s) {
     for (ValueId v : steps_[s].outputs)
-      if (v != kNoValue) first[v] = std::min(first[v], static_cast<int>(s));
+      if (v != kNoValue) first[v] = std::min(first[v], time[s]);
     for (ValueId v : steps_[s].inputs)
-      if (v != kNoValue) last[v] = std::max(last[v], static_cast<int>(s));
+      if (v != kNoValue) last[v] = std::max(last[v], time[s]);
   }
   for (ValueId v : graph_.outputs) last[v] = end_of_run;
 
@@ -62,9 +128,11 @@ Executor::Executor(const Graph& graph, std::vector<Step> steps)
     step_inputs_.push_back(std::move(ins));
     step_outputs_.push_back(std::move(outs));
   }
+  if (max_lanes_ > 1) workers_ = std::make_unique<LaneWorkers>(max_lanes_);
 }
 
 Executor::~Executor() {
+  workers_.reset();  // join the workers before the arena they write goes
   std::free(arena_);
 }
 
@@ -96,23 +164,45 @@ std::vector<Tensor> Executor::output_views() const {
   return outputs;
 }
 
+void Executor::run_lane(const std::vector<size_t>& lane, int worker,
+                        std::vector<StepTiming>* timings) {
+  for (size_t s : lane) {
+    use_threads_on_this_thread(steps_[s].candidate.threads);
+    if (!timings) {
+      steps_[s].kernel->run(step_inputs_[s], step_outputs_[s]);
+      continue;
+    }
+    StepTiming& timing = (*timings)[s];
+    timing.worker = worker;
+    timing.start_ms = now_ms() - run_start_;
+    steps_[s].kernel->run(step_inputs_[s], step_outputs_[s]);
+    timing.end_ms = now_ms() - run_start_;
+  }
+}
+
+void Executor::run_stages(std::vector<StepTiming>* timings) {
+  for (const Stage& stage : stages_) {
+    if (stage.lanes.size() == 1) {
+      run_lane(stage.lanes[0], 0, timings);
+      continue;
+    }
+    workers_->run(static_cast<int>(stage.lanes.size()),
+                  [&](int lane) { run_lane(stage.lanes[lane], lane, timings); });
+  }
+}
+
 std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
   copy_inputs(inputs);
-  for (size_t s = 0; s < steps_.size(); ++s)
-    steps_[s].kernel->run(step_inputs_[s], step_outputs_[s]);
+  run_stages(nullptr);
   return output_views();
 }
 
 std::vector<Tensor> Executor::run_profiled(const std::vector<Tensor>& inputs,
-                                           std::vector<double>& step_ms) {
-  using Clock = std::chrono::steady_clock;
+                                           std::vector<StepTiming>& timings) {
   copy_inputs(inputs);
-  step_ms.assign(steps_.size(), 0.0);
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    auto start = Clock::now();
-    steps_[s].kernel->run(step_inputs_[s], step_outputs_[s]);
-    step_ms[s] = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  }
+  timings.assign(steps_.size(), StepTiming{});
+  run_start_ = now_ms();
+  run_stages(&timings);
   return output_views();
 }
 

@@ -6,7 +6,7 @@
 
 namespace collage {
 
-GraphKernel::GraphKernel(Graph graph, const CompileNode& compile_node, const std::string& backend)
+GraphKernel::GraphKernel(Graph graph, const CompileNode& compile_node)
     : graph_(std::make_unique<Graph>(std::move(graph))) {
   std::vector<Step> steps;
   for (size_t n = 0; n < graph_->num_nodes(); ++n) {
@@ -15,8 +15,9 @@ GraphKernel::GraphKernel(Graph graph, const CompileNode& compile_node, const std
     step.kernel = compile_node(*graph_, static_cast<NodeId>(n));
     step.inputs = node.inputs;
     step.outputs = node.outputs;
-    step.nodes = {static_cast<NodeId>(n)};
-    step.backend = backend;
+    // threads 0: the nodes run with the thread count of the step that runs this kernel.
+    step.candidate.nodes = {static_cast<NodeId>(n)};
+    step.candidate.threads = 0;
     steps.push_back(std::move(step));
   }
   executor_ = std::make_unique<Executor>(*graph_, std::move(steps));

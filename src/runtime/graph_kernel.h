@@ -16,7 +16,7 @@ class Executor;
 class GraphKernel : public Kernel {
  public:
   using CompileNode = std::function<std::unique_ptr<Kernel>(const Graph&, NodeId)>;
-  GraphKernel(Graph graph, const CompileNode& compile_node, const std::string& backend);
+  GraphKernel(Graph graph, const CompileNode& compile_node);
   ~GraphKernel() override;
   void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs) override;
 

@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <queue>
-
-#include "backends/reference/reference_backend.h"
 
 namespace collage {
 namespace {
@@ -51,15 +50,50 @@ std::vector<int> order_steps(const Graph& graph, const std::vector<int>& step) {
   return order;
 }
 
-std::vector<int> group_index(const Graph& graph, const std::vector<Group>& groups) {
-  std::vector<int> group_of(graph.num_nodes(), -1);
-  for (size_t g = 0; g < groups.size(); ++g)
-    for (NodeId n : groups[g].nodes) {
-      if (group_of[n] >= 0)
-        fail(ErrorKind::kInternal, "node '{}' is in two groups", graph.node(n).name);
-      group_of[n] = static_cast<int>(g);
+// Node -> index of its candidate; Error(kInternal) when a node is in two.
+std::vector<int> candidate_index(const Graph& graph, const Placement& placement) {
+  std::vector<int> of(graph.num_nodes(), -1);
+  for (size_t c = 0; c < placement.size(); ++c)
+    for (NodeId n : placement[c].nodes) {
+      if (of[n] >= 0) fail(ErrorKind::kInternal, "node '{}' is in two groups", graph.node(n).name);
+      of[n] = static_cast<int>(c);
     }
-  return group_of;
+  return of;
+}
+
+bool all_sequential(const Schedule* schedule) {
+  return !schedule || std::all_of(schedule->begin(), schedule->end(),
+                                  [](const Slot& s) { return s.stage == 0 && s.lane == 0; });
+}
+
+// The order of a concurrent schedule is the placement's own: check it can run that way.
+void check_scheduled_order(const Graph& graph, const Placement& placement, const Schedule& schedule,
+                           const std::vector<int>& candidate_of) {
+  if (schedule.size() != placement.size())
+    fail(ErrorKind::kInternal, "a schedule of {} slots for {} groups", schedule.size(),
+         placement.size());
+  for (size_t c = 0; c < placement.size(); ++c) {
+    if (c > 0 && schedule[c].stage < schedule[c - 1].stage)
+      fail(ErrorKind::kInvalidArgument,
+           "the plan's stages must not decrease along its groups (group {} has stage {} after "
+           "stage {})",
+           c, schedule[c].stage, schedule[c - 1].stage);
+    for (NodeId n : placement[c].nodes)
+      for (ValueId v : graph.node(n).inputs) {
+        if (v == kNoValue || graph.value(v).producer < 0) continue;
+        const int p = candidate_of[graph.value(v).producer];
+        if (p == static_cast<int>(c)) continue;
+        if (p > static_cast<int>(c))
+          fail(ErrorKind::kInvalidArgument,
+               "the plan's group {} (node '{}') runs before group {}, which computes its input", c,
+               graph.node(n).name, p);
+        if (schedule[p].stage == schedule[c].stage && schedule[p].lane != schedule[c].lane)
+          fail(ErrorKind::kInvalidArgument,
+               "the plan's group {} reads a value computed in the same stage by another lane "
+               "(group {})",
+               c, p);
+      }
+  }
 }
 
 }  // namespace
@@ -71,46 +105,69 @@ bool groups_are_acyclic(const Graph& graph, const std::vector<int>& group_of) {
          !order_steps(graph, step_of_nodes(graph, group_of, num_groups)).empty();
 }
 
-std::vector<Step> build_steps(const Graph& graph, std::vector<Group>& groups) {
-  std::vector<int> group_of = group_index(graph, groups);
-  std::vector<int> step = step_of_nodes(graph, group_of, static_cast<int>(groups.size()));
-  std::vector<int> order = order_steps(graph, step);
-  if (order.empty() && graph.num_nodes() > 0)
-    fail(ErrorKind::kInternal, "the placement's groups depend on each other in a cycle");
-  std::vector<NodeId> lone_node(graph.num_nodes() + groups.size(), -1);
-  for (size_t n = 0; n < graph.num_nodes(); ++n)
-    if (group_of[n] < 0) lone_node[step[n]] = static_cast<NodeId>(n);
-
-  std::vector<Step> steps;
-  for (int s : order) {
-    Step st;
-    if (s < static_cast<int>(groups.size())) {
-      Group& g = groups[s];
-      Boundary b = boundary_of(graph, g.nodes);
-      st.kernel = g.kernel ? g.kernel : g.backend->compile(extract_subgraph(graph, g.nodes));
-      st.inputs = b.inputs;
-      st.outputs = b.outputs;
-      st.nodes = g.nodes;
-      st.backend = g.backend->name();
-    } else {
-      NodeId n = lone_node[s];
-      st.kernel = compile_reference_node(graph, n);
-      st.inputs = graph.node(n).inputs;
-      st.outputs = graph.node(n).outputs;
-      st.nodes = {n};
-      st.backend = "reference";
+Placement complete_placement(const Graph& graph, Placement placement, int threads) {
+  Backend& fallback = BackendRegistry::global().fallback();
+  Placement out;
+  std::vector<bool> covered(graph.num_nodes(), false);
+  for (Candidate& c : placement) {
+    for (NodeId n : c.nodes) covered[n] = true;
+    if (c.backend != &fallback) {
+      out.push_back(std::move(c));
+      continue;
     }
-    steps.push_back(std::move(st));
+    for (NodeId n : c.nodes) out.push_back(Candidate{{n}, &fallback, "", c.threads});
+  }
+  for (size_t n = 0; n < graph.num_nodes(); ++n)
+    if (!covered[n]) out.push_back(Candidate{{static_cast<NodeId>(n)}, &fallback, "", threads});
+  return out;
+}
+
+std::shared_ptr<Kernel> compile_candidate(const Graph& graph, const Candidate& candidate) {
+  return candidate.backend->compile(extract_subgraph(graph, candidate.nodes),
+                                    candidate.compile_options());
+}
+
+std::vector<Step> build_steps(const Graph& graph, const Placement& placement,
+                              const Schedule* schedule, const KernelSource& source) {
+  std::vector<int> candidate_of = candidate_index(graph, placement);
+  for (size_t n = 0; n < graph.num_nodes(); ++n)
+    if (candidate_of[n] < 0)
+      fail(ErrorKind::kInternal, "node '{}' is in no group", graph.node(NodeId(n)).name);
+  std::vector<int> order;
+  if (all_sequential(schedule)) {
+    order = order_steps(graph, candidate_of);
+    if (order.empty() && graph.num_nodes() > 0)
+      fail(ErrorKind::kInternal, "the placement's groups depend on each other in a cycle");
+  } else {
+    check_scheduled_order(graph, placement, *schedule, candidate_of);
+    order.resize(placement.size());
+    std::iota(order.begin(), order.end(), 0);
+  }
+  std::vector<Step> steps;
+  for (int c : order) {
+    const Candidate& candidate = placement[c];
+    Boundary b = boundary_of(graph, candidate.nodes);
+    Step step;
+    step.kernel = source(graph, candidate);
+    step.inputs = b.inputs;
+    step.outputs = b.outputs;
+    step.candidate = candidate;
+    if (schedule && !all_sequential(schedule)) {
+      step.stage = (*schedule)[c].stage;
+      step.lane = (*schedule)[c].lane;
+    }
+    steps.push_back(std::move(step));
   }
   return steps;
 }
 
-std::vector<Group> groups_from_plan(const Graph& graph, const Plan& plan) {
+ScheduledPlacement placement_from_plan(const Graph& graph, const Plan& plan, int threads) {
   std::map<std::string, NodeId> by_name;
   for (size_t n = 0; n < graph.num_nodes(); ++n)
     by_name[graph.node(static_cast<NodeId>(n)).name] = static_cast<NodeId>(n);
   std::vector<bool> seen(graph.num_nodes(), false);
-  std::vector<Group> groups;
+  ScheduledPlacement out;
+  Backend& fallback = BackendRegistry::global().fallback();
   for (const PlanGroup& pg : plan.groups) {
     Backend* backend = BackendRegistry::global().find(pg.backend);
     if (!backend)
@@ -119,8 +176,14 @@ std::vector<Group> groups_from_plan(const Graph& graph, const Plan& plan) {
     if (!backend->available())
       fail(ErrorKind::kInvalidArgument, "the plan uses backend '{}', not available here",
            pg.backend);
-    Group g;
-    g.backend = backend;
+    if (pg.threads > threads)
+      fail(ErrorKind::kInvalidArgument,
+           "the plan runs a group of backend '{}' on {} threads, more than the {} this session has",
+           pg.backend, pg.threads, threads);
+    Candidate c;
+    c.backend = backend;
+    c.variant = pg.variant;
+    c.threads = pg.threads > 0 ? pg.threads : threads;
     for (const std::string& name : pg.nodes) {
       auto it = by_name.find(name);
       if (it == by_name.end())
@@ -128,28 +191,112 @@ std::vector<Group> groups_from_plan(const Graph& graph, const Plan& plan) {
       if (seen[it->second])
         fail(ErrorKind::kInvalidArgument, "the plan places node '{}' twice", name);
       seen[it->second] = true;
-      g.nodes.push_back(it->second);
+      c.nodes.push_back(it->second);
     }
-    std::sort(g.nodes.begin(), g.nodes.end());
-    // Reference groups run node by node: no need to extract and compile them as one.
-    if (backend->name() != "reference") groups.push_back(std::move(g));
+    std::sort(c.nodes.begin(), c.nodes.end());
+    // The fallback runs node by node (see complete_placement): one slot for each node.
+    if (backend == &fallback) {
+      for (NodeId n : c.nodes) {
+        out.placement.push_back(Candidate{{n}, backend, c.variant, c.threads});
+        out.schedule.push_back({pg.stage, pg.lane});
+      }
+      continue;
+    }
+    out.placement.push_back(std::move(c));
+    out.schedule.push_back({pg.stage, pg.lane});
   }
   for (size_t n = 0; n < graph.num_nodes(); ++n)
     if (!seen[n])
       fail(ErrorKind::kInvalidArgument, "the plan does not place node '{}'",
            graph.node(static_cast<NodeId>(n)).name);
-  std::vector<int> group_of(graph.num_nodes(), -1);
-  for (size_t g = 0; g < groups.size(); ++g)
-    for (NodeId n : groups[g].nodes) group_of[n] = static_cast<int>(g);
-  if (!groups_are_acyclic(graph, group_of))
+  if (!groups_are_acyclic(graph, candidate_index(graph, out.placement)))
     fail(ErrorKind::kInvalidArgument, "the plan's groups depend on each other in a cycle");
-  return groups;
+  return out;
 }
 
-std::vector<Group> place_on_single_backend(const Graph& graph, Backend& backend,
-                                           std::vector<std::string>* log) {
-  std::vector<Group> groups;
-  if (backend.name() == "reference") return groups;
+Plan plan_of_steps(const Graph& graph, const std::vector<Step>& steps, int threads,
+                   const std::string& hardware) {
+  Plan plan;
+  plan.model_hash = model_hash(graph);
+  plan.hardware = hardware;
+  plan.threads = threads;
+  for (const Step& step : steps) {
+    const Candidate& c = step.candidate;
+    PlanGroup g;
+    g.backend = c.backend->name();
+    g.variant = c.variant;
+    g.threads = c.threads;
+    g.stage = step.stage;
+    g.lane = step.lane;
+    for (NodeId n : c.nodes) g.nodes.push_back(graph.node(n).name);
+    plan.backend_versions[g.backend] = c.backend->version();
+    plan.groups.push_back(std::move(g));
+  }
+  return plan;
+}
+
+namespace {
+
+// Merges neighbouring regions of a graph-level backend while the union stays convex and the
+// step graph acyclic (a graph-level runtime takes whole regions). Indices into `placement`
+// of the merged regions' parts, per region.
+std::vector<std::vector<size_t>> maximal_regions(const Graph& graph, const Placement& placement) {
+  std::vector<int> of = candidate_index(graph, placement);
+  std::vector<int> parent(placement.size());
+  std::iota(parent.begin(), parent.end(), 0);
+  auto find = [&](int x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  std::vector<std::vector<NodeId>> nodes(placement.size());
+  for (size_t c = 0; c < placement.size(); ++c) nodes[c] = placement[c].nodes;
+  // Region ids per node, for the acyclicity check of the quotient graph.
+  auto region_of_nodes = [&] {
+    std::vector<int> r(graph.num_nodes(), -1);
+    for (size_t n = 0; n < graph.num_nodes(); ++n)
+      if (of[n] >= 0) r[n] = find(of[n]);
+    return r;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t n = 0; n < graph.num_nodes(); ++n) {
+      if (of[n] < 0) continue;
+      for (ValueId v : graph.node(static_cast<NodeId>(n)).inputs) {
+        if (v == kNoValue || graph.value(v).producer < 0) continue;
+        const NodeId p = graph.value(v).producer;
+        if (of[p] < 0) continue;
+        const int a = find(of[p]), b = find(of[n]);
+        if (a == b) continue;
+        std::vector<NodeId> merged;
+        std::merge(nodes[a].begin(), nodes[a].end(), nodes[b].begin(), nodes[b].end(),
+                   std::back_inserter(merged));
+        if (!is_convex(graph, merged)) continue;
+        parent[b] = a;
+        if (!groups_are_acyclic(graph, region_of_nodes())) {
+          parent[b] = b;
+          continue;
+        }
+        nodes[a] = std::move(merged);
+        nodes[b].clear();
+        changed = true;
+      }
+    }
+  }
+  std::map<int, std::vector<size_t>> parts;
+  for (size_t c = 0; c < placement.size(); ++c) parts[find(static_cast<int>(c))].push_back(c);
+  std::vector<std::vector<size_t>> out;
+  for (auto& [root, list] : parts) out.push_back(std::move(list));
+  return out;
+}
+
+}  // namespace
+
+Placement place_on_single_backend(const Graph& graph, Backend& backend, int threads,
+                                  std::vector<std::string>* log,
+                                  std::vector<std::shared_ptr<Kernel>>* kernels_out) {
+  Placement placement;
+  std::vector<std::shared_ptr<Kernel>> kernels;
+  if (BackendRegistry::global().is_fallback(backend)) return placement;
   std::vector<Match> matches = find_matches(graph, backend);
   // By first node, largest first (ties: the lexicographically smaller set, for determinism).
   std::sort(matches.begin(), matches.end(), [](const Match& a, const Match& b) {
@@ -158,6 +305,16 @@ std::vector<Group> place_on_single_backend(const Graph& graph, Backend& backend,
     return a.nodes < b.nodes;
   });
   std::vector<int> group_of(graph.num_nodes(), -1);
+  auto try_compile = [&](const Candidate& c) -> std::shared_ptr<Kernel> {
+    try {
+      return compile_candidate(graph, c);
+    } catch (const Error& e) {
+      if (log)
+        log->push_back(fmt::format("{}: {} nodes at '{}' refused: {}", backend.name(),
+                                   c.nodes.size(), graph.node(c.nodes[0]).name, e.what()));
+      return nullptr;
+    }
+  };
   size_t m = 0;
   for (size_t n = 0; n < graph.num_nodes(); ++n) {
     while (m < matches.size() && matches[m].nodes.front() < static_cast<NodeId>(n)) ++m;
@@ -168,29 +325,46 @@ std::vector<Group> place_on_single_backend(const Graph& graph, Backend& backend,
       if (std::any_of(match.nodes.begin(), match.nodes.end(),
                       [&](NodeId x) { return group_of[x] >= 0; }))
         continue;
-      for (NodeId x : match.nodes) group_of[x] = static_cast<int>(groups.size());
-      bool ok = groups_are_acyclic(graph, group_of);
+      for (NodeId x : match.nodes) group_of[x] = static_cast<int>(placement.size());
+      Candidate c{match.nodes, &backend, "", threads};
       std::shared_ptr<Kernel> kernel;
-      if (ok) {
-        try {
-          kernel = backend.compile(extract_subgraph(graph, match.nodes));
-        } catch (const Error& e) {
-          ok = false;
-          if (log)
-            log->push_back(fmt::format("{}: {} nodes at '{}' refused: {}", backend.name(),
-                                       match.nodes.size(), graph.node(match.nodes[0]).name,
-                                       e.what()));
-        }
-      }
-      if (!ok) {
+      if (groups_are_acyclic(graph, group_of)) kernel = try_compile(c);
+      if (!kernel) {
         for (NodeId x : match.nodes) group_of[x] = -1;
         continue;
       }
-      groups.push_back(Group{match.nodes, &backend, std::move(kernel)});
+      placement.push_back(std::move(c));
+      kernels.push_back(std::move(kernel));
       break;
     }
   }
-  return groups;
+  if (backend.kind() == BackendKind::kGraphLevel) {
+    Placement merged;
+    std::vector<std::shared_ptr<Kernel>> merged_kernels;
+    for (const std::vector<size_t>& parts : maximal_regions(graph, placement)) {
+      if (parts.size() > 1) {
+        Candidate region{{}, &backend, "", threads};
+        for (size_t p : parts)
+          region.nodes.insert(region.nodes.end(), placement[p].nodes.begin(),
+                              placement[p].nodes.end());
+        std::sort(region.nodes.begin(), region.nodes.end());
+        if (std::shared_ptr<Kernel> kernel = try_compile(region)) {
+          merged.push_back(std::move(region));
+          merged_kernels.push_back(std::move(kernel));
+          continue;
+        }
+      }
+      // One part, or a union the backend refused: its parts as they were.
+      for (size_t p : parts) {
+        merged.push_back(placement[p]);
+        merged_kernels.push_back(kernels[p]);
+      }
+    }
+    placement = std::move(merged);
+    kernels = std::move(merged_kernels);
+  }
+  if (kernels_out) *kernels_out = std::move(kernels);
+  return placement;
 }
 
 }  // namespace collage

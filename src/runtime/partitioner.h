@@ -1,39 +1,72 @@
-// Turning a placement (which nodes run together on which backend) into executable steps.
+// Turning a placement (which nodes run together on which backend, built how) into executable
+// steps, a plan into a placement, and steps back into a plan.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "collage/backend.h"
 #include "collage/plan.h"
+#include "runtime/candidate.h"
 #include "runtime/executor.h"
 
 namespace collage {
 
-struct Group {
-  std::vector<NodeId> nodes;  // sorted
-  Backend* backend = nullptr;
-  std::shared_ptr<Kernel> kernel;  // compiled already, or null (build_steps compiles it)
+// When a placement's candidates run: parallel to the placement, in its order (see Plan).
+struct Slot {
+  int stage = 0;
+  int lane = 0;
+  bool operator==(const Slot&) const = default;
 };
+using Schedule = std::vector<Slot>;
 
 // True when running each group as one step leaves the step graph acyclic. `group_of[n]` is
 // node n's group, or -1 for a node that runs alone.
 bool groups_are_acyclic(const Graph& graph, const std::vector<int>& group_of);
 
-// Compiles each group (extracting its subgraph) and every node outside all groups on
-// reference, and orders the steps topologically. Throws when a group fails to compile.
-std::vector<Step> build_steps(const Graph& graph, std::vector<Group>& groups);
+// Adds a fallback candidate (one node, `threads`) for every node the placement leaves out,
+// and splits fallback candidates of several nodes into single nodes (the fallback runs node
+// by node: one kernel per node costs nothing over a graph of them).
+Placement complete_placement(const Graph& graph, Placement placement, int threads);
 
-// The groups of a tuned plan, checked against the graph: every node named exactly once,
-// backends known and available. Throws Error(kInvalidArgument) naming the problem.
-std::vector<Group> groups_from_plan(const Graph& graph, const Plan& plan);
+// A compiled kernel for a candidate; the tuner passes its cache. Default: compile it.
+using KernelSource = std::function<std::shared_ptr<Kernel>(const Graph& graph, const Candidate&)>;
+std::shared_ptr<Kernel> compile_candidate(const Graph& graph, const Candidate& candidate);
 
-// The plan `collage run --backend NAME` uses: at each first uncovered node (in topological
-// order) take the largest match of `backend` that starts there, compiles and keeps the
-// step graph acyclic; nodes it can't take run on reference. `log` receives one line per
-// candidate the backend refused to compile.
-std::vector<Group> place_on_single_backend(const Graph& graph, Backend& backend,
-                                           std::vector<std::string>* log = nullptr);
+// The steps of a complete placement. Without a schedule (or with an all-sequential one):
+// one after another in a topological order that keeps the model's order where it is free.
+// With a concurrent schedule: in the placement's order, which must be executable (every
+// step after what it reads; a stage reads its own values only from earlier steps of the same
+// lane), else Error(kInvalidArgument). Throws what compiling a candidate throws, and
+// Error(kInternal) when the candidates depend on each other in a cycle.
+std::vector<Step> build_steps(const Graph& graph, const Placement& placement,
+                              const Schedule* schedule = nullptr,
+                              const KernelSource& source = compile_candidate);
+
+// The placement and schedule of a tuned plan, checked against the graph: every node named
+// exactly once, backends known and available. Groups without a thread count get `threads`.
+// Throws Error(kInvalidArgument) naming the problem.
+struct ScheduledPlacement {
+  Placement placement;
+  Schedule schedule;
+};
+ScheduledPlacement placement_from_plan(const Graph& graph, const Plan& plan, int threads);
+
+// The plan that runs `steps` (names, backends, variants, threads, schedule, versions); no costs.
+Plan plan_of_steps(const Graph& graph, const std::vector<Step>& steps, int threads,
+                   const std::string& hardware);
+
+// What a user of `backend` alone gets (`collage run --backend NAME`, and the never-worse
+// baseline): at each first uncovered node (in topological order) the largest match of the
+// backend that starts there, compiles and keeps the step graph acyclic; nodes it can't take
+// run on the fallback. A graph-level backend then merges neighbouring regions while the union
+// stays convex, acyclic and compiles: its maximal regions, as its own runtime would take
+// them. `log` receives one line per candidate the backend refused to compile. Compiled
+// kernels come back in `kernels` (parallel to the placement) when it is given.
+Placement place_on_single_backend(const Graph& graph, Backend& backend, int threads,
+                                  std::vector<std::string>* log = nullptr,
+                                  std::vector<std::shared_ptr<Kernel>>* kernels = nullptr);
 
 }  // namespace collage

@@ -5,41 +5,51 @@
 #include <spdlog/spdlog.h>
 
 #include "collage/backend.h"
+#include "plan/hardware.h"
 #include "runtime/executor.h"
 #include "runtime/partitioner.h"
-#include "search/hardware.h"
+#include "runtime/threads.h"
 
 namespace collage {
 namespace {
 
-std::vector<Step> compile_steps(const Graph& graph, const SessionOptions& options) {
-  Backend& backend = BackendRegistry::global().get(options.backend);
+std::vector<Step> compile_steps(const Graph& graph, const SessionOptions& options, int threads) {
+  BackendRegistry& registry = BackendRegistry::global();
+  Backend& backend = options.backend.empty() ? registry.fallback() : registry.get(options.backend);
   if (!backend.available())
     fail(ErrorKind::kInvalidArgument, "backend '{}' cannot run on this machine", backend.name());
-  backend.set_threads(thread_budget());
   std::vector<std::string> refused;
-  std::vector<Group> groups = place_on_single_backend(graph, backend, &refused);
+  std::vector<std::shared_ptr<Kernel>> kernels;
+  Placement placement = place_on_single_backend(graph, backend, threads, &refused, &kernels);
   for (const auto& line : refused) spdlog::debug("{}", line);
-  return build_steps(graph, groups);
+  // The kernels compiled while placing are the ones the steps run.
+  const Placement placed = placement;
+  KernelSource source = [&](const Graph& g, const Candidate& c) -> std::shared_ptr<Kernel> {
+    for (size_t i = 0; i < placed.size(); ++i)
+      if (placed[i] == c) return kernels[i];
+    return compile_candidate(g, c);
+  };
+  return build_steps(graph, complete_placement(graph, std::move(placement), threads), nullptr,
+                     source);
 }
 
 }  // namespace
 
 Session::Session(Graph graph, const SessionOptions& options)
-    : graph_(std::make_unique<Graph>(std::move(graph))) {
-  set_thread_budget(options.threads);
-  executor_ = std::make_unique<Executor>(*graph_, compile_steps(*graph_, options));
+    : threads_(resolve_threads(options.threads)),
+      graph_(std::make_unique<Graph>(std::move(graph))) {
+  executor_ = std::make_unique<Executor>(*graph_, compile_steps(*graph_, options, threads_));
 }
 
 Session::Session(Graph graph, const Plan& plan, const SessionOptions& options)
-    : graph_(std::make_unique<Graph>(std::move(graph))) {
-  set_thread_budget(options.threads);
+    : threads_(resolve_threads(options.threads > 0 ? options.threads : plan.threads)),
+      graph_(std::make_unique<Graph>(std::move(graph))) {
   if (plan.model_hash != model_hash(*graph_))
     fail(ErrorKind::kInvalidArgument,
          "this plan was made for another model (plan model hash {}, this model {}); re-run "
          "`collage tune`",
          plan.model_hash, model_hash(*graph_));
-  std::string here = this_machine(thread_budget()).fingerprint();
+  std::string here = this_machine(threads_).fingerprint();
   if (!plan.hardware.empty() && plan.hardware != here)
     spdlog::warn("this plan was tuned on another machine or thread count ({}); this is {}",
                  plan.hardware, here);
@@ -49,9 +59,9 @@ Session::Session(Graph graph, const Plan& plan, const SessionOptions& options)
       spdlog::warn("backend {} is version {} here, the plan was tuned with {}", name, b->version(),
                    version);
   }
-  std::vector<Group> groups = groups_from_plan(*graph_, plan);
-  for (Group& g : groups) g.backend->set_threads(thread_budget());
-  executor_ = std::make_unique<Executor>(*graph_, build_steps(*graph_, groups));
+  ScheduledPlacement scheduled = placement_from_plan(*graph_, plan, threads_);
+  executor_ = std::make_unique<Executor>(
+      *graph_, build_steps(*graph_, scheduled.placement, &scheduled.schedule));
 }
 
 Session::~Session() = default;
@@ -67,8 +77,8 @@ std::vector<Tensor> Session::run_views(const std::vector<Tensor>& inputs) {
 }
 
 std::vector<Tensor> Session::run_profiled(const std::vector<Tensor>& inputs,
-                                          std::vector<double>& step_ms) {
-  return executor_->run_profiled(inputs, step_ms);
+                                          std::vector<StepTiming>& timings) {
+  return executor_->run_profiled(inputs, timings);
 }
 
 std::vector<Tensor> Session::run(const std::vector<Tensor>& inputs) {
@@ -87,24 +97,12 @@ size_t Session::num_steps() const {
 std::vector<std::string> Session::node_backends() const {
   std::vector<std::string> result(graph_->num_nodes());
   for (const Step& step : executor_->steps())
-    for (NodeId n : step.nodes) result[n] = step.backend;
+    for (NodeId n : step.candidate.nodes) result[n] = step.backend_name();
   return result;
 }
 
 Plan Session::plan() const {
-  Plan plan;
-  plan.model_hash = model_hash(*graph_);
-  plan.hardware = this_machine(thread_budget()).fingerprint();
-  plan.threads = thread_budget();
-  for (const Step& step : executor_->steps()) {
-    PlanGroup g;
-    g.backend = step.backend;
-    for (NodeId n : step.nodes) g.nodes.push_back(graph_->node(n).name);
-    if (Backend* b = BackendRegistry::global().find(step.backend))
-      plan.backend_versions[step.backend] = b->version();
-    plan.groups.push_back(std::move(g));
-  }
-  return plan;
+  return plan_of_steps(*graph_, executor_->steps(), threads_, this_machine(threads_).fingerprint());
 }
 
 std::vector<Tensor> random_inputs(const Graph& graph, uint64_t seed) {

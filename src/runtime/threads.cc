@@ -1,30 +1,28 @@
+#include "runtime/threads.h"
+
 #include <omp.h>
 
-#include <mutex>
+#include <algorithm>
 #include <thread>
-#include <vector>
 
-#include "collage/session.h"
+#include "collage/error.h"
 
 namespace collage {
-namespace {
 
-int g_threads = 0;
-
-}  // namespace
-
-void set_thread_budget(int threads) {
-  if (threads < 0) fail(ErrorKind::kInvalidArgument, "--threads must be >= 0, got {}", threads);
-  int cores = static_cast<int>(std::thread::hardware_concurrency());
-  g_threads = threads == 0 ? std::max(cores, 1) : threads;
-  // One budget for every pool: OpenMP (reference kernels, oneDNN, OpenBLAS-openmp) here;
-  // backends with their own pools read thread_budget() when they compile.
-  omp_set_num_threads(g_threads);
+int hardware_cores() {
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
-int thread_budget() {
-  if (g_threads == 0) set_thread_budget(0);
-  return g_threads;
+int resolve_threads(int requested) {
+  if (requested < 0) fail(ErrorKind::kInvalidArgument, "--threads must be >= 0, got {}", requested);
+  return requested == 0 ? hardware_cores() : requested;
+}
+
+void use_threads_on_this_thread(int threads) {
+  // Unconditional (no "already set" shortcut): a library may reset it inside a kernel
+  // (libtorch's lazy per-thread init sets its own default), and the call is a store into
+  // this thread's OpenMP state.
+  if (threads > 0) omp_set_num_threads(threads);
 }
 
 }  // namespace collage

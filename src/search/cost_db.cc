@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "collage/error.h"
-#include "search/canonical.h"
+#include "ir/canonical.h"
 
 namespace collage {
 namespace {

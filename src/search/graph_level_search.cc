@@ -5,9 +5,83 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <random>
 
+#include "collage/error.h"
+
 namespace collage {
+
+GraphLevelGenes graph_level_genes(const Graph& graph, const Placement& op_groups,
+                                  const std::vector<Backend*>& graph_level_backends) {
+  GraphLevelGenes genes;
+  genes.backends = graph_level_backends;
+  std::vector<std::vector<bool>> supports(genes.backends.size(),
+                                          std::vector<bool>(graph.num_nodes(), false));
+  for (size_t j = 0; j < genes.backends.size(); ++j)
+    for (const Match& m : find_matches(graph, *genes.backends[j]))
+      for (NodeId n : m.nodes) supports[j][n] = true;
+  genes.choices.assign(op_groups.size(), std::vector<int>{0});
+  for (size_t g = 0; g < op_groups.size(); ++g)
+    for (size_t j = 0; j < genes.backends.size(); ++j)
+      if (std::all_of(op_groups[g].nodes.begin(), op_groups[g].nodes.end(),
+                      [&](NodeId n) { return supports[j][n]; }))
+        genes.choices[g].push_back(static_cast<int>(j) + 1);
+  return genes;
+}
+
+std::vector<Genome> seed_genomes(const GraphLevelGenes& genes) {
+  const size_t n = genes.choices.size();
+  std::vector<Genome> seeds = {Genome(n, 0)};
+  for (size_t j = 0; j < genes.backends.size(); ++j) {
+    Genome all(n, 0);
+    for (size_t g = 0; g < n; ++g) {
+      const auto& c = genes.choices[g];
+      if (std::find(c.begin(), c.end(), static_cast<int>(j) + 1) != c.end())
+        all[g] = static_cast<int>(j) + 1;
+    }
+    seeds.push_back(all);
+  }
+  return seeds;
+}
+
+Placement decode_genome(const Graph& graph, const Placement& op_groups,
+                        const GraphLevelGenes& genes, const Genome& genome, int threads) {
+  std::vector<int> group_of(graph.num_nodes(), -1);
+  for (size_t g = 0; g < op_groups.size(); ++g)
+    for (NodeId n : op_groups[g].nodes) group_of[n] = static_cast<int>(g);
+  std::vector<int> parent(op_groups.size());
+  std::iota(parent.begin(), parent.end(), 0);
+  std::function<int(int)> find = [&](int x) {
+    return parent[x] == x ? x : parent[x] = find(parent[x]);
+  };
+  for (size_t n = 0; n < graph.num_nodes(); ++n)
+    for (ValueId v : graph.node(static_cast<NodeId>(n)).inputs) {
+      if (v == kNoValue || graph.value(v).producer < 0) continue;
+      int a = group_of[n], b = group_of[graph.value(v).producer];
+      if (a < 0 || b < 0 || a == b || genome[a] == 0 || genome[a] != genome[b]) continue;
+      parent[find(a)] = find(b);
+    }
+  std::map<int, Candidate> merged;
+  Placement out;
+  for (size_t g = 0; g < op_groups.size(); ++g) {
+    if (genome[g] == 0) {
+      out.push_back(op_groups[g]);
+      continue;
+    }
+    Candidate& region = merged[find(static_cast<int>(g))];
+    region.backend = genes.backends[genome[g] - 1];
+    region.threads = threads;
+    region.nodes.insert(region.nodes.end(), op_groups[g].nodes.begin(), op_groups[g].nodes.end());
+  }
+  for (auto& [root, region] : merged) {
+    std::sort(region.nodes.begin(), region.nodes.end());
+    if (!is_convex(graph, region.nodes))
+      fail(ErrorKind::kBackend, "region of {} nodes is not convex", region.nodes.size());
+    out.push_back(std::move(region));
+  }
+  return out;
+}
 
 EvolutionResult evolve(const std::vector<std::vector<int>>& choices,
                        const std::vector<Genome>& seeds,

@@ -10,9 +10,32 @@
 #include <functional>
 #include <vector>
 
+#include "runtime/candidate.h"
+
 namespace collage {
 
 using Genome = std::vector<int>;
+
+// The genes of a placement: one per op-level group, the value k > 0 giving the group to
+// graph-level backend k - 1, 0 keeping the op-level choice.
+struct GraphLevelGenes {
+  std::vector<Backend*> backends;         // the graph-level backends
+  std::vector<std::vector<int>> choices;  // per group: the values its gene may take, 0 first
+};
+
+// Which graph-level backend can take which op-level group: all its nodes lie in some region
+// the backend matches.
+GraphLevelGenes graph_level_genes(const Graph& graph, const Placement& op_groups,
+                                  const std::vector<Backend*>& graph_level_backends);
+
+// The seeds: the op-level answer (all 0), and per backend "every group it can take".
+std::vector<Genome> seed_genomes(const GraphLevelGenes& genes);
+
+// The placement a genome stands for: neighbouring groups given to the same graph-level
+// backend merge into one region (on `threads` threads). Throws Error(kBackend) when a merged
+// region is not convex (it could not run as one kernel).
+Placement decode_genome(const Graph& graph, const Placement& op_groups,
+                        const GraphLevelGenes& genes, const Genome& genome, int threads);
 
 struct EvolutionOptions {
   int population = 16;

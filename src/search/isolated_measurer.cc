@@ -23,7 +23,7 @@
 #include "collage/backend.h"
 #include "collage/model.h"
 #include "collage/session.h"
-#include "search/hardware.h"
+#include "plan/hardware.h"
 
 extern char** environ;
 
@@ -48,13 +48,15 @@ bool write_all(int fd, const char* data, size_t n) {
 }
 
 // Protocol: a request is header lines then the model bytes:
-//   backend NAME \n threads N \n verify 0|1 \n budget_ms X \n evict_bytes N \n
-//   model NBYTES \n <bytes>
-// and the answer one line: "ok MS" or "fail REASON".
-std::string encode_request(const std::string& model, const std::string& backend, int threads,
-                           const MeasureOptions& o) {
-  return fmt::format("backend {}\nthreads {}\nverify {}\nbudget_ms {}\nevict_bytes {}\nmodel {}\n",
-                     backend, threads, o.verify ? 1 : 0, o.budget_ms, o.evict_bytes, model.size()) +
+//   backend NAME \n variant NAME \n threads N \n verify 0|1 \n budget_ms X \n
+//   evict_bytes N \n model NBYTES \n <bytes>
+// and the answer one line: "ok MS" or "fail REASON". (An empty variant is "variant " + "".)
+std::string encode_request(const std::string& model, const Candidate& c, const MeasureOptions& o) {
+  return fmt::format(
+             "backend {}\nvariant {}\nthreads {}\nverify {}\nbudget_ms {}\nevict_bytes {}\nmodel "
+             "{}\n",
+             c.backend->name(), c.variant, c.threads, o.verify ? 1 : 0, o.budget_ms, o.evict_bytes,
+             model.size()) +
          model;
 }
 
@@ -189,10 +191,10 @@ CostRecord IsolatedWorker::lost_worker(const std::string& why) {
   return r;
 }
 
-CostRecord IsolatedWorker::measure(const Graph& subgraph, const std::string& backend, int threads,
+CostRecord IsolatedWorker::measure(const Graph& subgraph, const Candidate& candidate,
                                    const MeasureOptions& options) {
   if (pid_ < 0) start();
-  std::string request = encode_request(model_to_bytes(subgraph), backend, threads, options);
+  std::string request = encode_request(model_to_bytes(subgraph), candidate, options);
   if (!write_all(fd_, request.data(), request.size())) return lost_worker("");
   using Clock = std::chrono::steady_clock;
   auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
@@ -235,40 +237,40 @@ int run_measure_worker() {
   int out = dup(1);
   dup2(2, 1);
   std::unique_ptr<Measurer> measurer;
-  int measurer_threads = -1;
   size_t measurer_evict = 0;
+  const Hardware machine = this_machine(0);
   while (true) {
-    std::string backend, threads, verify, budget, evict, size;
+    std::string backend, variant, threads, verify, budget, evict, size;
     if (!header(0, "backend", backend)) return 0;  // EOF: the tuner is done
-    if (!header(0, "threads", threads) || !header(0, "verify", verify) ||
-        !header(0, "budget_ms", budget) || !header(0, "evict_bytes", evict) ||
-        !header(0, "model", size))
+    if (!header(0, "variant", variant) || !header(0, "threads", threads) ||
+        !header(0, "verify", verify) || !header(0, "budget_ms", budget) ||
+        !header(0, "evict_bytes", evict) || !header(0, "model", size))
       return 2;
     std::string bytes(std::stoull(size), '\0');
     if (!read_exact(0, bytes.data(), bytes.size())) return 2;
     std::string answer;
     try {
-      int t = std::stoi(threads);
+      Candidate candidate;
+      candidate.threads = std::stoi(threads);
+      candidate.variant = variant;
+      candidate.backend = &BackendRegistry::global().get(backend);
       size_t e = std::stoull(evict);
-      if (!measurer || t != measurer_threads || e != measurer_evict) {
-        set_thread_budget(t);
+      if (!measurer || e != measurer_evict) {
         MeasureOptions o;
         o.verify = verify == "1";
         o.budget_ms = std::stod(budget);
         o.evict_bytes = e;
         // Kept across requests: it caches reference outputs per subgraph.
-        measurer = std::make_unique<Measurer>(nullptr, this_machine(t), o);
-        measurer_threads = t;
+        measurer = std::make_unique<Measurer>(nullptr, machine, o);
         measurer_evict = e;
       }
       LoadOptions lo;
       lo.optimize = false;  // measure the subgraph exactly as the tuner extracted it
       Graph g = load_model_from_bytes(bytes, "", lo);
-      Backend& b = BackendRegistry::global().get(backend);
-      b.set_threads(thread_budget());
-      std::vector<NodeId> all(g.num_nodes());
-      for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<NodeId>(i);
-      CostRecord r = measurer->measure(g, all, b).record;
+      candidate.nodes.resize(g.num_nodes());
+      for (size_t i = 0; i < candidate.nodes.size(); ++i)
+        candidate.nodes[i] = static_cast<NodeId>(i);
+      CostRecord r = measurer->measure(g, candidate).record;
       answer =
           r.ok ? fmt::format("ok {:.17g}\n", r.milliseconds) : "fail " + one_line(r.reason) + "\n";
     } catch (const std::exception& e) {

@@ -33,8 +33,9 @@ class IsolatedWorker {
   IsolatedWorker(const IsolatedWorker&) = delete;
   IsolatedWorker& operator=(const IsolatedWorker&) = delete;
 
-  // Compiles, verifies and times `subgraph` on `backend` in the worker.
-  CostRecord measure(const Graph& subgraph, const std::string& backend, int threads,
+  // Compiles, verifies and times `subgraph` (the whole of it) in the worker, built as
+  // `candidate` says (its nodes are ignored).
+  CostRecord measure(const Graph& subgraph, const Candidate& candidate,
                      const MeasureOptions& options);
   int restarts() const { return starts_ > 0 ? starts_ - 1 : 0; }
 

@@ -8,9 +8,11 @@
 #include <omp.h>
 
 #include "collage/session.h"
-#include "runtime/graph_kernel.h"
-#include "search/canonical.h"
+#include "ir/canonical.h"
+#include "runtime/interleaved_timing.h"
+#include "runtime/threads.h"
 #include "search/isolated_measurer.h"
+#include "util/compare.h"
 
 namespace collage {
 namespace {
@@ -32,25 +34,6 @@ std::vector<Tensor> allocate_outputs(const Graph& g) {
   return outs;
 }
 
-// Empty when the outputs agree; else a description of the worst element.
-std::string compare(const std::vector<Tensor>& got, const std::vector<Tensor>& want, double rtol,
-                    double atol_fraction) {
-  for (size_t i = 0; i < want.size(); ++i) {
-    double scale = 0;
-    for (int64_t k = 0; k < want[i].numel(); ++k)
-      scale = std::max(scale, std::fabs(want[i].get_as_double(k)));
-    double atol = atol_fraction * scale + 1e-6;
-    for (int64_t k = 0; k < want[i].numel(); ++k) {
-      double a = got[i].get_as_double(k), b = want[i].get_as_double(k);
-      if (std::isnan(a) && std::isnan(b)) continue;
-      if (!(std::fabs(a - b) <= atol + rtol * std::fabs(b)))
-        return fmt::format("wrong result: output {} element {} is {} but reference says {}", i, k,
-                           a, b);
-    }
-  }
-  return "";
-}
-
 }  // namespace
 
 size_t cache_pressure_bytes(const Graph& model) {
@@ -65,8 +48,25 @@ size_t cache_pressure_bytes(const Graph& model) {
   return rounded;
 }
 
-Measurer::Measurer(CostDb* db, Hardware hardware, MeasureOptions options)
-    : db_(db), hardware_(std::move(hardware)), options_(options) {
+KernelKey kernel_key(const Graph& subgraph, const Candidate& candidate, const Hardware& machine,
+                     size_t evict_bytes) {
+  std::string canonical = canonical_text(subgraph);
+  // Costs timed with other cache states are other measurements (see evict_bytes).
+  std::string text =
+      evict_bytes ? fmt::format("{}cache: {} MiB read between runs\n", canonical, evict_bytes >> 20)
+                  : canonical;
+  // A variant is another way of computing the same nodes: its own measurement. The default
+  // variant keeps the plain backend name, so keys from before variants still match.
+  std::string backend = candidate.backend->name();
+  if (!candidate.variant.empty()) backend += "/" + candidate.variant;
+  Hardware hw = machine;
+  hw.threads = candidate.threads;
+  return {CostDb::make_key(text, backend, candidate.backend->version(), hw.fingerprint()),
+          std::move(text)};
+}
+
+Measurer::Measurer(CostDb* db, Hardware machine, MeasureOptions options)
+    : db_(db), hardware_(std::move(machine)), options_(options) {
   // Allocated and written once: first touches of fresh pages are slow and would be timed.
   eviction_buffer_.assign(options_.evict_bytes, 1);
 }
@@ -102,22 +102,19 @@ void Measurer::evict_caches(const std::vector<Tensor>& inputs,
   sink = sum;
 }
 
-MeasureResult Measurer::measure(const Graph& model, const std::vector<NodeId>& nodes,
-                                Backend& backend) {
-  Graph sub = extract_subgraph(model, nodes);
-  std::string canonical = canonical_text(sub);
-  // Costs timed with other cache states are other measurements (see evict_bytes).
-  std::string keyed = options_.evict_bytes ? fmt::format("{}cache: {} MiB read between runs\n",
-                                                         canonical, options_.evict_bytes >> 20)
-                                           : canonical;
-  std::string key =
-      CostDb::make_key(keyed, backend.name(), backend.version(), hardware_.fingerprint());
+MeasureResult Measurer::measure(const Graph& model, const Candidate& candidate) {
+  Graph sub = extract_subgraph(model, candidate.nodes);
+  KernelKey key = kernel_key(sub, candidate, hardware_, options_.evict_bytes);
+  Hardware hw = hardware_;
+  hw.threads = candidate.threads;
+  const std::string backend_label = candidate.variant.empty()
+                                        ? candidate.backend->name()
+                                        : candidate.backend->name() + "/" + candidate.variant;
   if (db_)
-    if (auto hit = db_->find(key)) return {*hit, true};
-  CostRecord record = isolated_
-                          ? isolated_->measure(sub, backend.name(), hardware_.threads, options_)
-                          : measure_uncached(sub, canonical, backend);
-  if (db_) db_->put(key, backend.name(), hardware_.fingerprint(), keyed, record);
+    if (auto hit = db_->find(key.key)) return {*hit, true};
+  CostRecord record = isolated_ ? isolated_->measure(sub, candidate, options_)
+                                : measure_uncached(sub, canonical_text(sub), candidate);
+  if (db_) db_->put(key.key, backend_label, hw.fingerprint(), key.text, record);
   return {record, false};
 }
 
@@ -131,32 +128,33 @@ const std::vector<Tensor>& Measurer::reference_outputs(const Graph& sub,
   // ResNet-50 tune has ~300 distinct subgraphs, MBs of outputs each).
   if (reference_cache_.size() >= kReferenceCacheEntries) reference_cache_.clear();
   std::vector<Tensor> outs = allocate_outputs(sub);
-  Backend& reference = BackendRegistry::global().get("reference");
-  reference.compile(sub)->run(inputs, outs);
+  BackendRegistry::global().fallback().compile(sub, CompileOptions{})->run(inputs, outs);
   return reference_cache_[canonical] = std::move(outs);
 }
 
 CostRecord Measurer::measure_uncached(const Graph& sub, const std::string& canonical,
-                                      Backend& backend) {
+                                      const Candidate& candidate) {
   CostRecord failed;
   failed.ok = false;
   failed.milliseconds = std::numeric_limits<double>::infinity();
   try {
-    std::unique_ptr<Kernel> kernel = backend.compile(sub);
+    use_threads_on_this_thread(candidate.threads);
+    std::unique_ptr<Kernel> kernel = candidate.backend->compile(sub, candidate.compile_options());
     // Same seed for every backend: the reference outputs are computed once per subgraph.
     std::vector<Tensor> inputs = random_inputs(sub, 17);
     std::vector<Tensor> outputs = allocate_outputs(sub);
     kernel->run(inputs, outputs);
-    if (options_.verify && backend.name() != "reference") {
-      std::string mismatch = compare(outputs, reference_outputs(sub, canonical, inputs),
-                                     options_.rtol, options_.atol_fraction);
+    if (options_.verify && !BackendRegistry::global().is_fallback(*candidate.backend)) {
+      std::string mismatch = compare_outputs(outputs, reference_outputs(sub, canonical, inputs),
+                                             Tolerance::backend_vs_reference());
+      use_threads_on_this_thread(candidate.threads);  // the reference may have changed it
       if (!mismatch.empty()) {
-        failed.reason = mismatch;
+        failed.reason = "wrong result: " + mismatch;
         return failed;
       }
     }
     CostRecord ok;
-    ok.milliseconds = time_kernel(*kernel, inputs, outputs);
+    ok.milliseconds = time_kernel(*kernel, inputs, outputs, candidate.threads);
     return ok;
   } catch (const std::exception& e) {
     failed.reason = e.what();
@@ -165,7 +163,9 @@ CostRecord Measurer::measure_uncached(const Graph& sub, const std::string& canon
 }
 
 double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
-                             const std::vector<Tensor>& outputs) const {
+                             const std::vector<Tensor>& outputs, int threads) const {
+  // The eviction reads with this thread's OpenMP team: the kernel's threads.
+  use_threads_on_this_thread(threads);
   // The verification run already warmed caches and JIT state; slow kernels (the reference
   // backend's convolutions take 100+ ms) need no more warm-up and few samples: their
   // run-to-run noise is small next to the differences the search decides on.
@@ -187,16 +187,15 @@ double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
     if (static_cast<int>(samples.size()) >= needed) {
       std::vector<double> sorted = samples;
       std::sort(sorted.begin(), sorted.end());
-      double median = sorted[sorted.size() / 2];
+      double median = median_of(sorted);
       double iqr = sorted[sorted.size() * 3 / 4] - sorted[sorted.size() / 4];
       if (iqr <= options_.max_spread * median || ms_since(start) > options_.budget_ms) break;
     }
   }
-  std::sort(samples.begin(), samples.end());
-  return samples[samples.size() / 2];
+  return median_of(std::move(samples));
 }
 
-double measure_step_overhead_ms() {
+double measure_step_overhead_ms(int threads) {
   // A chain of Relu nodes on one float, each its own step on reference: the kernels do
   // ~nothing, so the time per step is the executor's dispatch cost. (Not Identity: the
   // executor may alias it away.)
@@ -210,7 +209,9 @@ double measure_step_overhead_ms() {
     prev = next;
   }
   g.outputs = {prev};
-  Session session(std::move(g), SessionOptions{});
+  SessionOptions options;
+  options.threads = threads;
+  Session session(std::move(g), options);
   std::vector<Tensor> inputs = {Tensor(DType::kFloat32, {1})};
   std::vector<double> samples;
   for (int i = 0; i < 51; ++i) {
@@ -218,8 +219,7 @@ double measure_step_overhead_ms() {
     session.run_views(inputs);
     samples.push_back(ms_since(t0) / kSteps);
   }
-  std::sort(samples.begin(), samples.end());
-  return samples[samples.size() / 2];
+  return median_of(std::move(samples));
 }
 
 }  // namespace collage

@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "collage/backend.h"
+#include "plan/hardware.h"
+#include "runtime/candidate.h"
 #include "search/cost_db.h"
-#include "search/hardware.h"
 
 namespace collage {
 
@@ -49,15 +50,27 @@ struct MeasureResult {
   bool cache_hit = false;
 };
 
+// The cost-DB key of a kernel measurement: the subgraph's canonical text (+ the eviction it
+// was timed with), the backend and its variant, the backend's version, and the machine with
+// the kernel's thread count. Returns {key, the text stored beside it}.
+struct KernelKey {
+  std::string key, text;
+};
+KernelKey kernel_key(const Graph& subgraph, const Candidate& candidate, const Hardware& machine,
+                     size_t evict_bytes);
+
 class Measurer {
  public:
-  Measurer(CostDb* db, Hardware hardware, MeasureOptions options);
+  // `machine`: this machine; each measurement is keyed with its candidate's thread count.
+  Measurer(CostDb* db, Hardware machine, MeasureOptions options);
 
-  MeasureResult measure(const Graph& model, const std::vector<NodeId>& nodes, Backend& backend);
-  // Times an already compiled kernel on `inputs`: the median in milliseconds.
+  // `candidate.nodes` of `model`, built and run as the candidate says.
+  MeasureResult measure(const Graph& model, const Candidate& candidate);
+  // Times an already compiled kernel on `inputs` with `threads`: the median in milliseconds.
   double time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
-                     const std::vector<Tensor>& outputs) const;
+                     const std::vector<Tensor>& outputs, int threads) const;
   const Hardware& hardware() const { return hardware_; }
+  const MeasureOptions& options() const { return options_; }
   // Measures uncached candidates in `worker` (not owned; null: in this process), so a
   // kernel that crashes or hangs costs +inf instead of taking the caller down.
   void set_isolation(IsolatedWorker* worker) { isolated_ = worker; }
@@ -66,7 +79,7 @@ class Measurer {
   // Reads the eviction buffer, then the kernel's inputs and outputs.
   void evict_caches(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) const;
   CostRecord measure_uncached(const Graph& subgraph, const std::string& canonical,
-                              Backend& backend);
+                              const Candidate& candidate);
   const std::vector<Tensor>& reference_outputs(const Graph& subgraph, const std::string& canonical,
                                                const std::vector<Tensor>& inputs);
 
@@ -80,7 +93,8 @@ class Measurer {
 };
 
 // The fixed cost of one executor step on this machine (dispatch, argument passing), in
-// milliseconds: measured with a chain of trivial kernels. The paper hand-tuned it (0.01 ms).
-double measure_step_overhead_ms();
+// milliseconds, for a session of `threads`: measured with a chain of trivial kernels. The
+// paper hand-tuned it (0.01 ms).
+double measure_step_overhead_ms(int threads);
 
 }  // namespace collage

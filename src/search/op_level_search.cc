@@ -18,11 +18,14 @@ struct StateInfo {
 
 }  // namespace
 
-OpLevelResult op_level_search(const Graph& graph, const std::vector<SearchCandidate>& candidates,
-                              double step_overhead_ms) {
+OpLevelResult op_level_search(const Graph& graph, const std::vector<Candidate>& candidates,
+                              CostModel& costs) {
   const size_t n = graph.num_nodes();
   OpLevelResult result;
   if (n == 0) return result;
+  const double step_overhead_ms = costs.step_overhead_ms();
+  std::vector<double> cost_ms;
+  for (const Candidate& c : candidates) cost_ms.push_back(costs.cost_ms(c));
 
   // Per candidate: its footprint, and the producers outside it that must run first.
   std::vector<NodeSet> footprint, needs;
@@ -38,7 +41,7 @@ OpLevelResult op_level_search(const Graph& graph, const std::vector<SearchCandid
           if (p >= 0 && !footprint.back().contains(p)) need.insert(p);
         }
     needs.push_back(std::move(need));
-    if (std::isfinite(cand.cost_ms) && !cand.nodes.empty())
+    if (std::isfinite(cost_ms[c]) && !cand.nodes.empty())
       by_first[cand.nodes.front()].push_back(static_cast<int>(c));
   }
 
@@ -71,7 +74,7 @@ OpLevelResult op_level_search(const Graph& graph, const std::vector<SearchCandid
       if (footprint[c].intersects(state_sets[s]) || !needs[c].subset_of(state_sets[s])) continue;
       NodeSet next = state_sets[s];
       next |= footprint[c];
-      double next_cost = cost + candidates[c].cost_ms + step_overhead_ms;
+      double next_cost = cost + cost_ms[c] + step_overhead_ms;
       auto it = index.find(next);
       if (it == index.end()) {
         int id = static_cast<int>(states.size());

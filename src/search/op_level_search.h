@@ -12,14 +12,10 @@
 #include <vector>
 
 #include "collage/graph.h"
+#include "runtime/candidate.h"
+#include "search/cost_model.h"
 
 namespace collage {
-
-struct SearchCandidate {
-  std::vector<NodeId> nodes;  // sorted
-  int backend = 0;            // an index the caller gives meaning to
-  double cost_ms = 0;         // measured; +inf = unusable
-};
 
 struct OpLevelResult {
   std::vector<int> chosen;  // indices into the candidate list, in execution order
@@ -27,8 +23,9 @@ struct OpLevelResult {
   size_t states_explored = 0;
 };
 
-// Throws Error(kInternal) when no cover exists (a node no candidate can run).
-OpLevelResult op_level_search(const Graph& graph, const std::vector<SearchCandidate>& candidates,
-                              double step_overhead_ms);
+// Candidates `costs` gives +inf are never chosen. Throws Error(kInternal) when no cover
+// exists (a node no candidate can run).
+OpLevelResult op_level_search(const Graph& graph, const std::vector<Candidate>& candidates,
+                              CostModel& costs);
 
 }  // namespace collage

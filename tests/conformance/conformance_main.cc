@@ -24,7 +24,7 @@
 #include "collage/error.h"
 #include "collage/model.h"
 #include "collage/session.h"
-#include "compare.h"
+#include "util/compare.h"
 
 namespace fs = std::filesystem;
 

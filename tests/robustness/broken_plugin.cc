@@ -43,7 +43,8 @@ class BrokenBackend : public collage::Backend {
   std::vector<collage::PatternEntry> patterns() const override {
     return {{"relu", collage::op("Relu"), {}}};
   }
-  std::unique_ptr<collage::Kernel> compile(const collage::Graph&) override {
+  std::unique_ptr<collage::Kernel> compile(const collage::Graph&,
+                                           const collage::CompileOptions&) override {
     return std::make_unique<BrokenKernel>(failure_);
   }
 
@@ -70,7 +71,8 @@ class BrokenRegionBackend : public collage::Backend {
   std::vector<collage::PatternEntry> patterns() const override {
     return {{"relu", collage::op("Relu"), {}}};
   }
-  std::unique_ptr<collage::Kernel> compile(const collage::Graph& g) override {
+  std::unique_ptr<collage::Kernel> compile(const collage::Graph& g,
+                                           const collage::CompileOptions&) override {
     if (g.num_nodes() == 1) return std::make_unique<ReluKernel>();
     return std::make_unique<BrokenKernel>(Failure::kSegv);
   }

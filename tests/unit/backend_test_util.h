@@ -26,7 +26,7 @@ inline void expect_like_reference(Backend& backend, const Graph& g, const std::s
 // The kind of Error compile() throws; kInternal when it compiled (never what a test expects).
 inline ErrorKind compile_error(Backend& backend, const Graph& g) {
   try {
-    backend.compile(g);
+    backend.compile(g, test_options());
   } catch (const Error& e) {
     return e.kind();
   }
@@ -38,7 +38,7 @@ inline ErrorKind compile_error(Backend& backend, const Graph& g) {
 inline void expect_unsupported(Backend& backend, const Graph& g, const std::string& what,
                                const std::string& needle = "") {
   try {
-    backend.compile(g);
+    backend.compile(g, test_options());
     ADD_FAILURE() << backend.name() << ": " << what << ": compiled";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << what << ": " << e.what();

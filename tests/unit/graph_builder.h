@@ -2,7 +2,9 @@
 // the ops' own shape functions), so tests need neither ONNX files nor the importer.
 #pragma once
 
+#include <algorithm>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collage/backend.h"
@@ -10,6 +12,14 @@
 #include "op_test_util.h"
 
 namespace collage::testing {
+
+// How tests compile kernels: the default variant, on `threads` (0: every core, what the
+// tests' own threads run OpenMP with, as kernels compiled for them expect). Public API
+// only: the plugin example's test uses this header too.
+inline CompileOptions test_options(int threads = 0) {
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return CompileOptions{"", threads > 0 ? threads : cores};
+}
 
 class GraphBuilder {
  public:
@@ -92,7 +102,7 @@ inline double tolerance_ratio(const std::vector<Tensor>& got, const std::vector<
 inline std::pair<std::vector<Tensor>, std::vector<Tensor>> run_backend_and_reference(
     Backend& backend, const Graph& graph, uint64_t seed = 3) {
   std::vector<Tensor> inputs = random_inputs(graph, seed);
-  std::unique_ptr<Kernel> kernel = backend.compile(graph);
+  std::unique_ptr<Kernel> kernel = backend.compile(graph, test_options());
   std::vector<Tensor> got;
   for (ValueId v : graph.outputs) got.emplace_back(graph.value(v).dtype, graph.value(v).shape);
   kernel->run(inputs, got);

@@ -85,13 +85,18 @@ TEST(Session, RunsChainAndReusesArena) {
 TEST(Session, RunProfiledTimesEveryStepAndComputesTheSame) {
   Session session(add_one_chain(6, {64, 64}), SessionOptions{});
   Tensor x = Tensor::from_vector<float>({64, 64}, std::vector<float>(64 * 64, 1.0f));
-  std::vector<double> step_ms = {-1.0};  // resized and overwritten
-  std::vector<Tensor> out = session.run_profiled({x}, step_ms);
-  ASSERT_EQ(step_ms.size(), session.num_steps());
-  ASSERT_EQ(step_ms.size(), session.plan().groups.size());
-  for (double ms : step_ms) {
-    EXPECT_GE(ms, 0.0);
-    EXPECT_LT(ms, 1000.0);
+  std::vector<StepTiming> timings(1);  // resized and overwritten
+  timings[0].start_ms = -1;
+  std::vector<Tensor> out = session.run_profiled({x}, timings);
+  ASSERT_EQ(timings.size(), session.num_steps());
+  ASSERT_EQ(timings.size(), session.plan().groups.size());
+  double previous_end = 0;
+  for (const StepTiming& t : timings) {
+    // One after another on the calling thread: each starts after the last one ended.
+    EXPECT_GE(t.start_ms, previous_end);
+    EXPECT_GE(t.end_ms, t.start_ms);
+    EXPECT_EQ(t.worker, 0);
+    previous_end = t.end_ms;
   }
   for (float v : out[0].span<float>()) EXPECT_FLOAT_EQ(v, 7.0f);
 }

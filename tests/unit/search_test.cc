@@ -4,13 +4,14 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <random>
 
 #include "collage/plan.h"
-#include "search/canonical.h"
+#include "ir/canonical.h"
+#include "plan/hardware.h"
 #include "search/cost_db.h"
 #include "search/graph_level_search.h"
-#include "search/hardware.h"
 #include "search/measure.h"
 #include "search/op_level_search.h"
 
@@ -33,24 +34,48 @@ Graph chain(int n) {
   return g;
 }
 
+// Costs the test controls (the search sees nothing else): one per candidate node set, and
+// a fixed step overhead.
+class TableCosts : public CostModel {
+ public:
+  TableCosts(std::map<std::vector<NodeId>, double> costs, double overhead)
+      : costs_(std::move(costs)), overhead_(overhead) {}
+  double cost_ms(const Candidate& c) override { return costs_.at(c.nodes); }
+  double step_overhead_ms() override { return overhead_; }
+
+ private:
+  std::map<std::vector<NodeId>, double> costs_;
+  double overhead_;
+};
+
+// Candidates on the fallback backend for `sets` (which backend does not matter here).
+std::vector<Candidate> candidates_for(const std::vector<std::vector<NodeId>>& sets) {
+  std::vector<Candidate> out;
+  for (const auto& s : sets)
+    out.push_back(Candidate{s, &BackendRegistry::global().fallback(), "", 1});
+  return out;
+}
+
 TEST(OpLevelSearch, PicksCheapestCoverOnChain) {
   Graph g = chain(4);
   // Singles cost 1 each; {0,1} costs 1.5 (saves 0.5); {1,2} costs 0.5 (saves 1.5);
   // {2,3} costs 1.2 (saves 0.8). Best: 0 | {1,2} | 3 = 1 + 0.5 + 1 = 2.5.
-  std::vector<SearchCandidate> c = {{{0}, 0, 1},     {{1}, 0, 1},      {{2}, 0, 1},
-                                    {{3}, 0, 1},     {{0, 1}, 1, 1.5}, {{1, 2}, 1, 0.5},
-                                    {{2, 3}, 1, 1.2}};
-  OpLevelResult r = op_level_search(g, c, 0.0);
+  TableCosts costs(
+      {{{0}, 1}, {{1}, 1}, {{2}, 1}, {{3}, 1}, {{0, 1}, 1.5}, {{1, 2}, 0.5}, {{2, 3}, 1.2}}, 0.0);
+  std::vector<Candidate> c = candidates_for({{0}, {1}, {2}, {3}, {0, 1}, {1, 2}, {2, 3}});
+  OpLevelResult r = op_level_search(g, c, costs);
   EXPECT_DOUBLE_EQ(r.cost_ms, 2.5);
   EXPECT_EQ(r.chosen, (std::vector<int>{0, 5, 3}));
 }
 
 TEST(OpLevelSearch, OverheadFavoursFewerKernels) {
   Graph g = chain(2);
-  std::vector<SearchCandidate> c = {{{0}, 0, 1}, {{1}, 0, 1}, {{0, 1}, 1, 2.05}};
-  EXPECT_EQ(op_level_search(g, c, 0.0).chosen, (std::vector<int>{0, 1}));
+  std::vector<Candidate> c = candidates_for({{0}, {1}, {0, 1}});
+  TableCosts no_overhead({{{0}, 1}, {{1}, 1}, {{0, 1}, 2.05}}, 0.0);
+  EXPECT_EQ(op_level_search(g, c, no_overhead).chosen, (std::vector<int>{0, 1}));
   // With 0.1 ms per kernel, one fused kernel (2.15) beats two (2.2).
-  OpLevelResult r = op_level_search(g, c, 0.1);
+  TableCosts overhead({{{0}, 1}, {{1}, 1}, {{0, 1}, 2.05}}, 0.1);
+  OpLevelResult r = op_level_search(g, c, overhead);
   EXPECT_EQ(r.chosen, (std::vector<int>{2}));
   EXPECT_NEAR(r.cost_ms, 2.15, 1e-12);
 }
@@ -71,12 +96,13 @@ TEST(OpLevelSearch, IgnoresFailedCandidatesAndMatchesBruteForce) {
   std::vector<std::vector<NodeId>> sets = {
       {0}, {1}, {2}, {3}, {0, 1}, {0, 2}, {1, 3}, {2, 3}, {0, 1, 2}, {1, 2, 3}, {0, 1, 2, 3}};
   std::mt19937 rng(3);
+  const std::vector<Candidate> c = candidates_for(sets);
   for (int trial = 0; trial < 50; ++trial) {
-    std::vector<SearchCandidate> c;
+    std::map<std::vector<NodeId>, double> table;
     for (const auto& s : sets) {
       double cost = 0.1 + (rng() % 1000) / 100.0;
       if (s.size() > 1 && rng() % 5 == 0) cost = std::numeric_limits<double>::infinity();
-      c.push_back({s, 0, cost});
+      table[s] = cost;
     }
     // Brute force over subsets of candidates that partition {0..3} and are admissible: taken
     // in order of their first node, each group's outside producers are already covered.
@@ -107,11 +133,12 @@ TEST(OpLevelSearch, IgnoresFailedCandidatesAndMatchesBruteForce) {
             if (p >= 0 && !(mine >> p & 1) && !(done >> p & 1)) ok = false;
           }
         done |= mine;
-        cost += c[i].cost_ms;
+        cost += table.at(c[i].nodes);
       }
       if (ok) best = std::min(best, cost);
     }
-    EXPECT_NEAR(op_level_search(g, c, 0.0).cost_ms, best, 1e-9) << "trial " << trial;
+    TableCosts costs(table, 0.0);
+    EXPECT_NEAR(op_level_search(g, c, costs).cost_ms, best, 1e-9) << "trial " << trial;
   }
 }
 
@@ -254,17 +281,18 @@ TEST_F(CostDbTest, CostsTimedWithEvictionAreTheirOwnRecords) {
   MeasureOptions hot, evicting;
   evicting.evict_bytes = size_t{2} << 20;
   Measurer back_to_back(&db, this_machine(1), hot), evicted(&db, this_machine(1), evicting);
+  const Candidate both{{0, 1}, &reference, "", 1};
 
-  MeasureResult a = back_to_back.measure(g, {0, 1}, reference);
+  MeasureResult a = back_to_back.measure(g, both);
   EXPECT_FALSE(a.cache_hit);
   ASSERT_TRUE(a.record.ok) << a.record.reason;
-  MeasureResult b = evicted.measure(g, {0, 1}, reference);
+  MeasureResult b = evicted.measure(g, both);
   EXPECT_FALSE(b.cache_hit) << "a back-to-back cost answered for an evicting measurement";
   ASSERT_TRUE(b.record.ok) << b.record.reason;
   EXPECT_GT(b.record.milliseconds, 0.0);
   EXPECT_EQ(db.size(), 2);
-  EXPECT_TRUE(evicted.measure(g, {0, 1}, reference).cache_hit);
-  EXPECT_TRUE(back_to_back.measure(g, {0, 1}, reference).cache_hit);
+  EXPECT_TRUE(evicted.measure(g, both).cache_hit);
+  EXPECT_TRUE(back_to_back.measure(g, both).cache_hit);
 }
 
 TEST(Plan, JsonRoundTripAndErrors) {
@@ -274,7 +302,14 @@ TEST(Plan, JsonRoundTripAndErrors) {
   p.threads = 2;
   p.optimizer = "two-level";
   p.backend_versions = {{"onednn", "2.6.3"}};
-  p.groups = {{{"conv1", "relu1"}, "onednn", 0.5}, {{"fc"}, "reference", 0.1}};
+  PlanGroup conv, fc;
+  conv.nodes = {"conv1", "relu1"};
+  conv.backend = "onednn";
+  conv.cost_ms = 0.5;
+  fc.nodes = {"fc"};
+  fc.backend = "reference";
+  fc.cost_ms = 0.1;
+  p.groups = {conv, fc};
   p.predicted_ms = 0.6;
   Plan q = Plan::from_json(p.to_json());
   EXPECT_EQ(q.model_hash, "abc");

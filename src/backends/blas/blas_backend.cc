@@ -10,10 +10,24 @@
 #include "backends/blas/gemm_kernel.h"
 #include "backends/blas/openblas_info.h"
 #include "collage/backend.h"
-#include "collage/session.h"
 
 namespace collage::blas {
 namespace {
+
+// Runs a kernel with OpenBLAS's process-wide thread count set to the kernel's own.
+class ThreadCountKernel : public Kernel {
+ public:
+  ThreadCountKernel(std::unique_ptr<Kernel> inner, int threads)
+      : inner_(std::move(inner)), threads_(threads) {}
+  void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs) override {
+    set_openblas_threads(threads_);
+    inner_->run(inputs, outputs);
+  }
+
+ private:
+  std::unique_ptr<Kernel> inner_;
+  int threads_;
+};
 
 // Tail nodes fused after one head, at most (GELU after a bias Add is 6).
 constexpr int kMaxEpilogue = 7;
@@ -118,17 +132,26 @@ class BlasBackend : public Backend {
     return {rule};
   }
 
-  std::unique_ptr<Kernel> compile(const Graph& subgraph) override {
-    set_openblas_threads(thread_budget());
-    const int threads = helper_threads(thread_budget());
+  // OpenBLAS's pthreads build has one thread count per process: each kernel sets it before it
+  // runs, so two kernels with different counts must not run at the same time.
+  ThreadControl thread_control() const override { return ThreadControl::kProcessWide; }
+
+  std::unique_ptr<Kernel> compile(const Graph& subgraph, const CompileOptions& options) override {
+    if (!options.variant.empty())
+      fail(ErrorKind::kUnsupported, "blas: no variant '{}'", options.variant);
+    set_openblas_threads(options.threads);
+    const int threads = helper_threads(options.threads);
     const NodeId head = find_head(subgraph);
     const std::string& op = subgraph.node(head).op_type;
-    if (op == "Conv") return compile_conv(subgraph, head, threads);
-    if (op == "ConvTranspose") return compile_conv_transpose(subgraph, head, threads);
-    return compile_gemm(subgraph, head, threads);
+    std::unique_ptr<Kernel> kernel;
+    if (op == "Conv")
+      kernel = compile_conv(subgraph, head, threads);
+    else if (op == "ConvTranspose")
+      kernel = compile_conv_transpose(subgraph, head, threads);
+    else
+      kernel = compile_gemm(subgraph, head, threads);
+    return std::make_unique<ThreadCountKernel>(std::move(kernel), options.threads);
   }
-
-  void set_threads(int threads) override { set_openblas_threads(threads); }
 };
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "backends/blas/openblas_info.h"
 
+#include <atomic>
+
 #include <cblas.h>
 
 #include <strings.h>
@@ -56,7 +58,11 @@ int helper_threads(int budget) {
 }
 
 void set_openblas_threads(int threads) {
-  openblas_set_num_threads(threads > 0 ? threads : 1);
+  // One count per process (the pthreads build has no per-call count): set only on a change,
+  // so kernels of one count in a row pay nothing.
+  static std::atomic<int> current{0};
+  threads = threads > 0 ? threads : 1;
+  if (current.exchange(threads) != threads) openblas_set_num_threads(threads);
 }
 
 }  // namespace collage::blas

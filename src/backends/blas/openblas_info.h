@@ -18,7 +18,8 @@ std::vector<std::string> openblas_details();
 // and take the cores from OpenBLAS's pthreads in the sgemm that follows: measured 10-20x
 // slower convolutions on 2 cores.
 int helper_threads(int budget);
-// Sets OpenBLAS's pthread pool size (OpenBLAS ignores OpenMP's setting in this build).
+// Sets OpenBLAS's pthread pool size (OpenBLAS ignores OpenMP's setting in this build); a
+// process-wide setting, made before each kernel runs (see BlasBackend::thread_control).
 void set_openblas_threads(int threads);
 
 }  // namespace collage::blas

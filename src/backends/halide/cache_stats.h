@@ -23,7 +23,8 @@ CacheStats cache_stats();
 void clear_memory_cache();
 // The directory in use for kernels ("" before the first kernel is built).
 std::string cache_dir();
-// Halide's thread pool size (the runtime is told when it loads, and again on change).
+// Halide's thread pool size, one per process (the runtime is told when it loads, and again
+// on change): every kernel sets its own count before it runs (HalideBackend::thread_control).
 void set_num_threads(int threads);
 // What the Halide runtime last reported on this thread (a failed kernel's reason).
 std::string last_kernel_error();

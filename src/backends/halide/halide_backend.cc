@@ -29,13 +29,15 @@ bool lowerable(const Graph& g, const Node& n) {
 
 class HalideKernel : public Kernel {
  public:
-  HalideKernel(EntryPoint fn, std::vector<Lowered::Param> params, std::vector<Shape> outputs)
-      : fn_(fn), params_(std::move(params)) {
+  HalideKernel(EntryPoint fn, std::vector<Lowered::Param> params, std::vector<Shape> outputs,
+               int threads)
+      : fn_(fn), params_(std::move(params)), threads_(threads) {
     for (const auto& p : params_) dims_.push_back(dims_of(p.shape));
     for (const Shape& s : outputs) dims_.push_back(dims_of(s));
   }
 
   void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs) override {
+    set_num_threads(threads_);
     const size_t count = params_.size() + outputs.size();
     std::vector<halide_buffer_t> buffers(count);
     // Halide may write into dim arrays during bounds queries: each call gets its own copy.
@@ -73,6 +75,7 @@ class HalideKernel : public Kernel {
   EntryPoint fn_;
   std::vector<Lowered::Param> params_;
   std::vector<std::vector<halide_dimension_t>> dims_;
+  int threads_;
 };
 
 class HalideBackend : public Backend {
@@ -110,7 +113,13 @@ class HalideBackend : public Backend {
     return {rule};
   }
 
-  std::unique_ptr<Kernel> compile(const Graph& subgraph) override {
+  // Halide's runtime has one thread pool per process: each kernel sets its size before it
+  // runs, so two kernels with different counts must not run at the same time.
+  ThreadControl thread_control() const override { return ThreadControl::kProcessWide; }
+
+  std::unique_ptr<Kernel> compile(const Graph& subgraph, const CompileOptions& options) override {
+    if (!options.variant.empty())
+      fail(ErrorKind::kUnsupported, "halide: no variant '{}'", options.variant);
     if (subgraph.num_nodes() == 0) fail(ErrorKind::kUnsupported, "halide: empty subgraph");
     for (const Node& n : subgraph.nodes())
       if (std::string why = unsupported_reason(subgraph, n); !why.empty())
@@ -124,10 +133,8 @@ class HalideBackend : public Backend {
           return lowered.pipeline.compile_to_module(lowered.arguments, name, target);
         });
     return std::make_unique<HalideKernel>(fn, std::move(lowered.params),
-                                          std::move(lowered.output_shapes));
+                                          std::move(lowered.output_shapes), options.threads);
   }
-
-  void set_threads(int threads) override { set_num_threads(threads); }
 };
 
 }  // namespace

@@ -390,7 +390,7 @@ TEST(HalideBackend, DiskCacheServesTheSecondCompile) {
   EXPECT_EQ(second.disk_hits, first.disk_hits + 1);
   EXPECT_EQ(count_objects(), 1);
   // And without dropping it: served from memory.
-  halide().compile(g);
+  halide().compile(g, testing::test_options());
   EXPECT_EQ(halide_backend::cache_stats().memory_hits, second.memory_hits + 1);
   if (old)
     setenv("COLLAGE_CACHE_DIR", saved.c_str(), 1);

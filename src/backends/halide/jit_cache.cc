@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -244,9 +245,14 @@ std::string cache_dir() {
 }
 
 void set_num_threads(int threads) {
+  // Called before every kernel run: only a change takes the lock and calls the runtime.
+  static std::atomic<int> current{-1};
+  threads = std::max(0, threads);
+  if (current.load(std::memory_order_relaxed) == threads) return;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  s.threads = std::max(0, threads);
+  current.store(threads, std::memory_order_relaxed);
+  s.threads = threads;
   apply_threads(s);
 }
 

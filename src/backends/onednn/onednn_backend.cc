@@ -48,7 +48,7 @@ class OnednnBackend : public Backend {
   std::string name() const override { return "onednn"; }
   std::string version() const override { return backend_version(); }
   // oneDNN's CPU runtime here is OpenMP: it uses omp_get_max_threads() of the calling
-  // thread, which set_thread_budget() already sets; there is no per-call thread count.
+  // thread, which the runtime sets to the kernel's count before each call.
   std::string thread_model() const override { return "OpenMP"; }
   std::vector<std::string> details() const override {
     return {"ISA in use: " + effective_isa(),
@@ -97,7 +97,9 @@ class OnednnBackend : public Backend {
     return {rule};
   }
 
-  std::unique_ptr<Kernel> compile(const Graph& subgraph) override {
+  std::unique_ptr<Kernel> compile(const Graph& subgraph, const CompileOptions& options) override {
+    if (!options.variant.empty())
+      fail(ErrorKind::kUnsupported, "onednn: no variant '{}'", options.variant);
     if (subgraph.num_nodes() == 0) fail(ErrorKind::kUnsupported, "onednn: empty subgraph");
     const Node& first = subgraph.node(0);
     if (!first.domain.empty())

@@ -40,7 +40,7 @@ class OnednnGraphBackend : public Backend {
   std::string name() const override { return "onednn-graph"; }
   std::string version() const override { return backend_version(); }
   BackendKind kind() const override { return BackendKind::kGraphLevel; }
-  // Same runtime as `onednn`: OpenMP, sized by the process thread budget.
+  // Same runtime as `onednn`: OpenMP, the calling thread's count (the kernel's).
   std::string thread_model() const override { return "OpenMP"; }
   std::vector<std::string> details() const override {
     return {"ISA in use: " + effective_isa(),
@@ -60,7 +60,9 @@ class OnednnGraphBackend : public Backend {
     return {fuse_region("onednn_region", all_kinds, kMaxRegionNodes, region_node)};
   }
 
-  std::unique_ptr<Kernel> compile(const Graph& subgraph) override {
+  std::unique_ptr<Kernel> compile(const Graph& subgraph, const CompileOptions& options) override {
+    if (!options.variant.empty())
+      fail(ErrorKind::kUnsupported, "onednn-graph: no variant '{}'", options.variant);
     return compile_region(subgraph);
   }
 };

@@ -12,16 +12,15 @@
 namespace collage::torch_backend {
 
 // Bumped when this struct or what it points to changes.
-constexpr int kPluginAbi = 1;
+constexpr int kPluginAbi = 2;  // 2: compile functions take the kernel's thread count
 
 struct PluginApi {
   int abi = kPluginAbi;
   const char* torch_version = nullptr;  // TORCH_VERSION the plugin was built against
-  // Throw collage::Error (kUnsupported with the reason) for what they cannot run.
-  std::unique_ptr<Kernel> (*compile_ops)(const Graph& subgraph) = nullptr;
-  std::unique_ptr<Kernel> (*compile_region)(const Graph& subgraph) = nullptr;
-  // Sets ATen's intra-op thread count before the next compile/run in this process.
-  void (*set_threads)(int threads) = nullptr;
+  // Throw collage::Error (kUnsupported with the reason) for what they cannot run. The kernel
+  // runs ATen with `threads` intra-op threads on its calling thread.
+  std::unique_ptr<Kernel> (*compile_ops)(const Graph& subgraph, int threads) = nullptr;
+  std::unique_ptr<Kernel> (*compile_region)(const Graph& subgraph, int threads) = nullptr;
 };
 
 }  // namespace collage::torch_backend

@@ -4,6 +4,7 @@
 // (oneDNN layouts across consecutive convolutions, op fusion), the way the Collage paper
 // used TensorRT/DNNL as graph-level runtimes. Also the plugin's entry point.
 #include <ATen/Parallel.h>
+#include <omp.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/version.h>
@@ -294,11 +295,28 @@ class ScriptKernel : public Kernel {
   torch::jit::Module module_;
 };
 
-std::atomic<int> g_threads{0};
+// Runs a kernel with ATen's intra-op count at the kernel's own on the calling thread. ATen's
+// OpenMP backend reads the calling thread's OpenMP count (the runtime sets it per step), but
+// the first ATen parallel region on a thread resets that count to ATen's default: so the lazy
+// init is done first, and the count set after it.
+class ThreadsKernel : public Kernel {
+ public:
+  ThreadsKernel(std::unique_ptr<Kernel> inner, int threads)
+      : inner_(std::move(inner)), threads_(std::max(threads, 1)) {}
+  void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs) override {
+    at::internal::lazy_init_num_threads();
+    if (omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
+    inner_->run(inputs, outputs);
+  }
 
-// ATen's intra-op count is per process; set it lazily so that a parent that only loaded
-// the plugin before fork() has started no pool threads its children would miss.
-void apply_threads() {
+ private:
+  std::unique_ptr<Kernel> inner_;
+  int threads_;
+};
+
+// Inter-op threads: one. Set lazily so that a parent that only loaded the plugin before
+// fork() has started no pool threads its children would miss.
+void prepare(int threads) {
   static std::once_flag interop;
   std::call_once(interop, [] {
     try {
@@ -307,22 +325,19 @@ void apply_threads() {
       // Already fixed by an earlier user of ATen in this process: nothing to do.
     }
   });
-  const int want = g_threads.load();
-  if (want > 0 && at::get_num_threads() != want) at::set_num_threads(want);
+  // Compiling runs the kernel (on zeros) with the count it will run with.
+  at::internal::lazy_init_num_threads();
+  omp_set_num_threads(std::max(threads, 1));
 }
 
-std::unique_ptr<Kernel> compile_ops_entry(const Graph& subgraph) {
-  apply_threads();
-  return compile_ops(subgraph);
+std::unique_ptr<Kernel> compile_ops_entry(const Graph& subgraph, int threads) {
+  prepare(threads);
+  return std::make_unique<ThreadsKernel>(compile_ops(subgraph), threads);
 }
 
-std::unique_ptr<Kernel> compile_region_entry(const Graph& subgraph) {
-  apply_threads();
-  return compile_region(subgraph);
-}
-
-void set_threads(int threads) {
-  g_threads = threads;
+std::unique_ptr<Kernel> compile_region_entry(const Graph& subgraph, int threads) {
+  prepare(threads);
+  return std::make_unique<ThreadsKernel>(compile_region(subgraph), threads);
 }
 
 }  // namespace
@@ -372,7 +387,6 @@ extern "C" const collage::torch_backend::PluginApi* collage_torch_plugin_api() {
     a.torch_version = TORCH_VERSION;
     a.compile_ops = compile_ops_entry;
     a.compile_region = compile_region_entry;
-    a.set_threads = set_threads;
     return a;
   }();
   return &api;

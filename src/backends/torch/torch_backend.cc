@@ -50,11 +50,6 @@ class Plugin {
     return *api_;
   }
 
-  void set_threads(int threads) {
-    threads_ = threads;
-    if (api_) api_->set_threads(threads);
-  }
-
  private:
   Plugin() : path_(plugin_path()) {}
 
@@ -77,7 +72,6 @@ class Plugin {
                            api->torch_version, TORCH_VERSION);
       return;
     }
-    api->set_threads(threads_ > 0 ? threads_ : thread_budget());
     api_ = api;
   }
 
@@ -85,7 +79,6 @@ class Plugin {
   std::once_flag once_;
   const PluginApi* api_ = nullptr;
   std::string error_;
-  int threads_ = 0;
 };
 
 // COLLAGE_TORCH_PRELOAD=1 loads the plugin when collage_core loads: for a process that
@@ -128,8 +121,11 @@ class TorchBackendBase : public Backend {
   bool available() const override {
     return Plugin::get().present();
   }
-  void set_threads(int threads) override {
-    Plugin::get().set_threads(threads > 0 ? threads : thread_budget());
+
+ protected:
+  static void check_variant(const CompileOptions& options) {
+    if (!options.variant.empty())
+      fail(ErrorKind::kUnsupported, "torch: no variant '{}'", options.variant);
   }
 };
 
@@ -194,8 +190,9 @@ class TorchBackend : public TorchBackendBase {
     };
   }
 
-  std::unique_ptr<Kernel> compile(const Graph& subgraph) override {
-    return Plugin::get().api().compile_ops(subgraph);
+  std::unique_ptr<Kernel> compile(const Graph& subgraph, const CompileOptions& options) override {
+    check_variant(options);
+    return Plugin::get().api().compile_ops(subgraph, options.threads);
   }
 };
 
@@ -224,8 +221,9 @@ class TorchGraphBackend : public TorchBackendBase {
     return {fuse_region("torchscript_region", all_kinds, kMaxRegionNodes, region_supports)};
   }
 
-  std::unique_ptr<Kernel> compile(const Graph& subgraph) override {
-    return Plugin::get().api().compile_region(subgraph);
+  std::unique_ptr<Kernel> compile(const Graph& subgraph, const CompileOptions& options) override {
+    check_variant(options);
+    return Plugin::get().api().compile_region(subgraph, options.threads);
   }
 };
 

@@ -1,7 +1,5 @@
 #include "backends/xnnpack/backend_common.h"
 
-#include "collage/session.h"
-
 namespace collage::xnnpack {
 
 std::vector<std::string> backend_details() {
@@ -9,11 +7,7 @@ std::vector<std::string> backend_details() {
   if (!context.initialized()) return {"xnn_initialize failed: " + context.init_error()};
   return {"XNNPACK " + library_version() + " (Debian package)",
           "layout: NHWC inside kernels, NCHW<->NHWC transposes at kernel boundaries",
-          "pthreadpool threads: " + std::to_string(context.pool()->threads())};
-}
-
-void set_backend_threads(int threads) {
-  XnnpackContext::get().set_threads(threads > 0 ? threads : thread_budget());
+          "pthreadpool: one per kernel thread count, shared by the kernels of that count"};
 }
 
 void require_available() {

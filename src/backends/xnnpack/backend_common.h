@@ -1,5 +1,5 @@
 // What the `xnnpack` and `xnnpack-graph` backends share beyond kernels: the listing facts
-// and the thread-budget plumbing.
+// and the pools they run on.
 #pragma once
 
 #include <string>
@@ -11,8 +11,6 @@
 namespace collage::xnnpack {
 
 std::vector<std::string> backend_details();
-// threads <= 0: the process-wide budget.
-void set_backend_threads(int threads);
 // Throws Error(kBackend) when XNNPACK could not be initialised on this machine.
 void require_available();
 

@@ -2,8 +2,8 @@
 
 #include <xnnpack.h>
 
+#include <algorithm>
 #include "backends/xnnpack/xnn_common.h"
-#include "collage/session.h"
 
 namespace collage::xnnpack {
 
@@ -30,20 +30,12 @@ XnnpackContext::XnnpackContext() {
   if (!initialized_) init_error_ = status_name(status);
 }
 
-std::shared_ptr<ThreadPool> XnnpackContext::pool() {
+std::shared_ptr<ThreadPool> XnnpackContext::pool(int threads) {
+  threads = std::max(threads, 1);
   std::lock_guard<std::mutex> lock(mutex_);
-  int budget = thread_budget();
-  if (!pool_ || budget != observed_budget_) {
-    pool_ = std::make_shared<ThreadPool>(budget);
-    observed_budget_ = budget;
-  }
-  return pool_;
-}
-
-void XnnpackContext::set_threads(int threads) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!pool_ || pool_->threads() != threads) pool_ = std::make_shared<ThreadPool>(threads);
-  observed_budget_ = thread_budget();
+  std::shared_ptr<ThreadPool>& pool = pools_[threads];
+  if (!pool) pool = std::make_shared<ThreadPool>(threads);
+  return pool;
 }
 
 }  // namespace collage::xnnpack

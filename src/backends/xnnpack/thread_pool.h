@@ -3,6 +3,7 @@
 
 #include <pthreadpool.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,11 +36,13 @@ class XnnpackContext {
   bool initialized() const { return initialized_; }
   const std::string& init_error() const { return init_error_; }
 
-  // The shared pool: sized by the last set_threads(), or to the thread budget when that
-  // changed since. Kernels keep the pointer they compiled with: a runtime binds its pool
-  // at creation, so a resize must not pull it from under them.
-  std::shared_ptr<ThreadPool> pool();
-  void set_threads(int threads);
+  // The pool of `threads` threads, shared by every kernel compiled for that count (kernels
+  // keep the pointer: a runtime binds its pool at creation). One thread is no pool: the
+  // kernel runs on its caller's thread, beside whatever else runs (a concurrent stage).
+  // Two kernels of the same count above one running at once take turns on their pool
+  // (pthreadpool serialises callers); with a budget of B threads that happens only for
+  // shares of 2..B/2, which the schedule search measures like any other choice.
+  std::shared_ptr<ThreadPool> pool(int threads);
 
  private:
   XnnpackContext();
@@ -47,8 +50,7 @@ class XnnpackContext {
   bool initialized_ = false;
   std::string init_error_;
   std::mutex mutex_;
-  std::shared_ptr<ThreadPool> pool_;
-  int observed_budget_ = 0;  // thread_budget() when pool_ was last sized
+  std::map<int, std::shared_ptr<ThreadPool>> pools_;  // by thread count
 };
 
 }  // namespace collage::xnnpack

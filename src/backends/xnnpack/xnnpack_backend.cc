@@ -29,7 +29,6 @@ class XnnpackBackend : public Backend {
   std::string thread_model() const override { return "pthreadpool"; }
   std::vector<std::string> details() const override { return backend_details(); }
   bool available() const override { return XnnpackContext::get().initialized(); }
-  void set_threads(int threads) override { set_backend_threads(threads); }
 
   std::vector<PatternEntry> patterns() const override {
     Pattern conv = float32_op({"Conv"}, {any(), constant(), maybe(constant())})
@@ -53,8 +52,10 @@ class XnnpackBackend : public Backend {
     };
   }
 
-  std::unique_ptr<Kernel> compile(const Graph& subgraph) override {
+  std::unique_ptr<Kernel> compile(const Graph& subgraph, const CompileOptions& options) override {
     require_available();
+    if (!options.variant.empty())
+      fail(ErrorKind::kUnsupported, "xnnpack: no variant '{}'", options.variant);
     if (subgraph.num_nodes() < 1 || subgraph.num_nodes() > 2 || subgraph.outputs.size() != 1)
       fail(ErrorKind::kUnsupported,
            "xnnpack: an op-level kernel is one operator (+ Relu/Clip), got {} nodes, {} outputs",
@@ -71,7 +72,8 @@ class XnnpackBackend : public Backend {
       fail(ErrorKind::kUnsupported, "xnnpack: '{}' must produce the kernel's output", node.name);
     }
     OperatorSpec spec = operator_for(subgraph, node, clamp, subgraph.num_nodes() == 2);
-    return std::make_unique<OperatorKernel>(std::move(spec), XnnpackContext::get().pool());
+    return std::make_unique<OperatorKernel>(std::move(spec),
+                                            XnnpackContext::get().pool(options.threads));
   }
 
  private:

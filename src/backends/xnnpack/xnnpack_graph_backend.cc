@@ -31,7 +31,6 @@ class XnnpackGraphBackend : public Backend {
   std::string thread_model() const override { return "pthreadpool"; }
   std::vector<std::string> details() const override { return backend_details(); }
   bool available() const override { return XnnpackContext::get().initialized(); }
-  void set_threads(int threads) override { set_backend_threads(threads); }
 
   std::vector<PatternEntry> patterns() const override {
     // Single supported ops: regions of one node (the fusion rule yields only larger ones).
@@ -46,9 +45,11 @@ class XnnpackGraphBackend : public Backend {
     return {fuse_region("xnnpack_region", all_kinds, kMaxRegionNodes, subgraph_supports)};
   }
 
-  std::unique_ptr<Kernel> compile(const Graph& subgraph) override {
+  std::unique_ptr<Kernel> compile(const Graph& subgraph, const CompileOptions& options) override {
     require_available();
-    return compile_subgraph(subgraph, XnnpackContext::get().pool());
+    if (!options.variant.empty())
+      fail(ErrorKind::kUnsupported, "xnnpack-graph: no variant '{}'", options.variant);
+    return compile_subgraph(subgraph, XnnpackContext::get().pool(options.threads));
   }
 };
 

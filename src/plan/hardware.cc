@@ -1,4 +1,4 @@
-#include "search/hardware.h"
+#include "plan/hardware.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "compare.h"
+#include "util/compare.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <limits>
 
-namespace collage::conformance {
+namespace collage {
 namespace {
 
 float half_to_float(uint16_t h) {
@@ -54,6 +54,13 @@ std::string element_string(const Tensor& t, int64_t i) {
 }
 
 std::string compare_floats(const Tensor& actual, const Tensor& expected, const Tolerance& tol) {
+  double scale = 0;
+  if (tol.atol_fraction > 0)
+    for (int64_t i = 0; i < expected.numel(); ++i) {
+      const double b = std::fabs(float_element(expected, i));
+      if (std::isfinite(b)) scale = std::max(scale, b);
+    }
+  const double atol = tol.atol + tol.atol_fraction * scale;
   int64_t mismatches = 0;
   int64_t first = -1;
   double max_abs = 0;
@@ -70,7 +77,7 @@ std::string compare_floats(const Tensor& actual, const Tensor& expected, const T
       const double diff = std::fabs(a - b);
       max_abs = std::max(max_abs, diff);
       if (b != 0) max_rel = std::max(max_rel, diff / std::fabs(b));
-      ok = diff <= tol.atol + tol.rtol * std::fabs(b);
+      ok = diff <= atol + tol.rtol * std::fabs(b);
     }
     if (!ok) {
       ++mismatches;
@@ -122,4 +129,14 @@ std::string compare_tensors(const Tensor& actual, const Tensor& expected, const 
   return compare_exact(actual, expected);
 }
 
-}  // namespace collage::conformance
+std::string compare_outputs(const std::vector<Tensor>& actual, const std::vector<Tensor>& expected,
+                            const Tolerance& tol) {
+  if (actual.size() != expected.size())
+    return fmt::format("{} outputs, expected {}", actual.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i)
+    if (std::string diff = compare_tensors(actual[i], expected[i], tol); !diff.empty())
+      return fmt::format("output {}: {}", i, diff);
+  return "";
+}
+
+}  // namespace collage

@@ -1,4 +1,4 @@
-#include "search/canonical.h"
+#include "ir/canonical.h"
 
 #include <fmt/format.h>
 

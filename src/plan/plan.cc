@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "collage/error.h"
-#include "search/canonical.h"
+#include "ir/canonical.h"
 
 namespace collage {
 
@@ -20,7 +20,7 @@ std::string model_hash(const Graph& graph) {
 std::string Plan::to_json() const {
   json j;
   j["format"] = "collage-plan";
-  j["version"] = 1;
+  j["version"] = kFormatVersion;
   j["model_hash"] = model_hash;
   j["hardware"] = hardware;
   j["threads"] = threads;
@@ -30,7 +30,13 @@ std::string Plan::to_json() const {
   j["measured_ms"] = measured_ms;
   json groups = json::array();
   for (const PlanGroup& g : this->groups)
-    groups.push_back({{"backend", g.backend}, {"cost_ms", g.cost_ms}, {"nodes", g.nodes}});
+    groups.push_back({{"backend", g.backend},
+                      {"variant", g.variant},
+                      {"threads", g.threads},
+                      {"stage", g.stage},
+                      {"lane", g.lane},
+                      {"cost_ms", g.cost_ms},
+                      {"nodes", g.nodes}});
   j["groups"] = groups;
   return j.dump(2);
 }
@@ -41,9 +47,11 @@ Plan Plan::from_json(const std::string& text) {
     json j = json::parse(text);
     if (!j.is_object() || j.value("format", "") != "collage-plan")
       fail(ErrorKind::kParse, "not a collage plan (missing \"format\": \"collage-plan\")");
-    if (j.value("version", 0) != 1)
-      fail(ErrorKind::kUnsupported, "plan format version {} is not supported",
-           j.value("version", 0));
+    const int version = j.value("version", 0);
+    if (version < 1 || version > kFormatVersion)
+      fail(ErrorKind::kUnsupported,
+           "plan format version {} is not supported (this collage reads 1 to {})", version,
+           kFormatVersion);
     plan.model_hash = j.at("model_hash").get<std::string>();
     plan.hardware = j.value("hardware", "");
     plan.threads = j.value("threads", 0);
@@ -57,6 +65,13 @@ Plan Plan::from_json(const std::string& text) {
       group.cost_ms = g.value("cost_ms", 0.0);
       group.nodes = g.at("nodes").get<std::vector<std::string>>();
       if (group.nodes.empty()) fail(ErrorKind::kParse, "a plan group has no nodes");
+      // Version 1 has none of these: sequential, the plan's thread count, default variants.
+      group.variant = g.value("variant", "");
+      group.threads = g.value("threads", 0);
+      group.stage = g.value("stage", 0);
+      group.lane = g.value("lane", 0);
+      if (group.threads < 0 || group.stage < 0 || group.lane < 0)
+        fail(ErrorKind::kParse, "a plan group has a negative threads, stage or lane");
       plan.groups.push_back(std::move(group));
     }
   } catch (const json::exception& e) {

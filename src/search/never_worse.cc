@@ -1,0 +1,30 @@
+#include "search/never_worse.h"
+
+#include <cmath>
+#include <limits>
+
+#include "runtime/interleaved_timing.h"
+
+namespace collage {
+
+std::vector<bool> worth_timing(const std::vector<double>& estimates_ms,
+                               const std::vector<bool>& must) {
+  double best = std::numeric_limits<double>::infinity();
+  for (double e : estimates_ms)
+    if (std::isfinite(e)) best = std::min(best, e);
+  std::vector<bool> timed(estimates_ms.size());
+  for (size_t i = 0; i < timed.size(); ++i)
+    timed[i] =
+        must[i] || (std::isfinite(estimates_ms[i]) && !(estimates_ms[i] > kNotWorthTiming * best));
+  return timed;
+}
+
+SideBySide time_side_by_side(const std::vector<std::function<void()>>& runs, int rounds) {
+  for (const auto& run : runs) run();  // warm-up
+  SideBySide out;
+  out.samples = time_interleaved(runs, rounds);
+  for (const std::vector<double>& s : out.samples) out.median_ms.push_back(median_of(s));
+  return out;
+}
+
+}  // namespace collage
