@@ -1,7 +1,8 @@
-// The layers the zoo's models are made of, each emitted as PyTorch's ONNX exporter
-// (opset 13, eval mode, do_constant_folding=True) writes it, so the graphs look like the
-// models users hand us. Weights are named in the current builder scope, and scaled so
-// activations keep a sane magnitude through 50+ layers.
+// The layers the zoo's models are made of, each emitted as PyTorch's ONNX exporter (eval
+// mode, do_constant_folding=True, at the builder's opset: 13 unless a model asks for
+// another) writes it, so the graphs look like the models users hand us. Weights are named
+// in the current builder scope, and scaled so activations keep a sane magnitude through 50+
+// layers.
 #pragma once
 
 #include <vector>
