@@ -6,7 +6,8 @@
 # Builds nothing: run `make build` first (or `make bench`, which does both).
 #
 # Environment:
-#   BENCH_MODELS   zoo models (default: the seven paper workloads)
+#   BENCH_MODELS   zoo models (default: the seven paper workloads + googlenet, inception-v3,
+#                  gpt2, vit)
 #   BENCH_BUDGET   tuning budget per model, seconds (default 60)
 #   BENCH_THREADS  thread budget for collage and ORT intra-op threads (default 2)
 #   BENCH_ROUNDS   interleaved rounds (default 5); BENCH_REPEAT timed runs per contender per
@@ -20,7 +21,14 @@ cd "$ROOT"
 BUILD_DIR="${BUILD_DIR:-build}"
 COLLAGE="$ROOT/$BUILD_DIR/collage"
 [[ "$BUILD_DIR" = /* ]] && COLLAGE="$BUILD_DIR/collage"
-MODELS="${BENCH_MODELS:-resnet50 resnext50 mobilenet-v2 bert-base dcgan resnet3d-50 nasnet-a-mobile}"
+# The paper's seven workloads, plus two more multi-branch CNNs (GoogLeNet, Inception-v3:
+# Concat-joined branches, ceil-mode and padded pools, asymmetric convs) and two more
+# transformers (GPT-2: decoder with a causal mask and a 50257-wide LM head; ViT-B/16:
+# LayerNormalization at opset 17).
+CNN_MODELS="resnet50 resnext50 mobilenet-v2 googlenet inception-v3 nasnet-a-mobile"
+TRANSFORMER_MODELS="bert-base gpt2 vit"
+OTHER_MODELS="dcgan resnet3d-50"
+MODELS="${BENCH_MODELS:-$CNN_MODELS $TRANSFORMER_MODELS $OTHER_MODELS}"
 BUDGET="${BENCH_BUDGET:-60}"
 THREADS="${BENCH_THREADS:-2}"
 ROUNDS="${BENCH_ROUNDS:-5}"

@@ -26,5 +26,17 @@ Graph dcgan_tiny(uint64_t seed);
 // nasnet.cc
 Graph nasnet_a_mobile(uint64_t seed);
 Graph nasnet_tiny(uint64_t seed);
+// googlenet.cc
+Graph googlenet(uint64_t seed);
+Graph googlenet_tiny(uint64_t seed);
+// inception_v3.cc
+Graph inception_v3(uint64_t seed);
+Graph inception_v3_tiny(uint64_t seed);
+// gpt2.cc
+Graph gpt2(uint64_t seed);
+Graph gpt2_tiny(uint64_t seed);
+// vit.cc
+Graph vit_b16(uint64_t seed);
+Graph vit_tiny(uint64_t seed);
 
 }  // namespace collage::models

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <numeric>
 
 namespace collage::models {
@@ -28,15 +29,15 @@ std::vector<int64_t> onnx_pads(const std::vector<int64_t>& pad) {
   return out;
 }
 
-ValueId bias(ModelBuilder& b, int64_t n) {
-  return b.random_range(b.param_name("bias"), {n}, -kBiasRange, kBiasRange);
-}
-
 size_t spatial_dims(ModelBuilder& b, ValueId x) {
   return b.shape(x).size() - 2;
 }
 
 }  // namespace
+
+ValueId random_bias(ModelBuilder& b, int64_t n) {
+  return b.random_range(b.param_name("bias"), {n}, -kBiasRange, kBiasRange);
+}
 
 ValueId conv(ModelBuilder& b, ValueId x, const ConvSpec& spec) {
   const size_t n = spec.kernel.size();
@@ -49,7 +50,7 @@ ValueId conv(ModelBuilder& b, ValueId x, const ConvSpec& spec) {
   const auto fan_in = static_cast<float>((cin / spec.group) * product(spec.kernel));
   std::vector<ValueId> inputs = {
       x, b.random(b.param_name("weight"), w_shape, spec.gain * std::sqrt(2.0f / fan_in))};
-  if (spec.bias) inputs.push_back(bias(b, spec.out));
+  if (spec.bias) inputs.push_back(random_bias(b, spec.out));
   return b.add1("Conv", inputs,
                 {{"dilations", ints_attr(std::vector<int64_t>(n, 1))},
                  {"group", int_attr(spec.group)},
@@ -81,7 +82,7 @@ ValueId conv_transpose2d(ModelBuilder& b, ValueId x, int64_t out, int64_t kernel
                                                              static_cast<float>(stride * stride));
   std::vector<ValueId> inputs = {
       x, b.random(b.param_name("weight"), {cin, out, kernel, kernel}, std::sqrt(2.0f / fan_in))};
-  if (with_bias) inputs.push_back(bias(b, out));
+  if (with_bias) inputs.push_back(random_bias(b, out));
   return b.add1("ConvTranspose", inputs,
                 {{"dilations", ints_attr({1, 1})},
                  {"group", int_attr(1)},
@@ -122,10 +123,11 @@ ValueId concat(ModelBuilder& b, const std::vector<ValueId>& xs, int64_t axis) {
   return b.add1("Concat", xs, {{"axis", int_attr(axis)}});
 }
 
-ValueId max_pool(ModelBuilder& b, ValueId x, int64_t kernel, int64_t stride, int64_t pad) {
+ValueId max_pool(ModelBuilder& b, ValueId x, int64_t kernel, int64_t stride, int64_t pad,
+                 bool ceil_mode) {
   const size_t n = spatial_dims(b, x);
   return b.add1("MaxPool", {x},
-                {{"ceil_mode", int_attr(0)},
+                {{"ceil_mode", int_attr(ceil_mode ? 1 : 0)},
                  {"kernel_shape", ints_attr(std::vector<int64_t>(n, kernel))},
                  {"pads", ints_attr(std::vector<int64_t>(2 * n, pad))},
                  {"strides", ints_attr(std::vector<int64_t>(n, stride))}});
@@ -142,16 +144,33 @@ ValueId avg_pool(ModelBuilder& b, ValueId x, int64_t kernel, int64_t stride, int
                  {"strides", ints_attr(std::vector<int64_t>(n, stride))}});
 }
 
+ValueId avg_pool_padded(ModelBuilder& b, ValueId x, int64_t kernel, int64_t stride, int64_t pad) {
+  const size_t n = spatial_dims(b, x);
+  // Pad's pads: all begins (batch, channel, spatial...), then all ends.
+  std::vector<int64_t> pads(2 * (n + 2), 0);
+  for (size_t i = 0; i < n; ++i) pads[2 + i] = pads[n + 4 + i] = pad;
+  ValueId padded =
+      b.add1("Pad", {x, b.int64s(b.param_name("pads"), pads)}, {{"mode", string_attr("constant")}});
+  return b.add1("AveragePool", {padded},
+                {{"ceil_mode", int_attr(0)},
+                 {"kernel_shape", ints_attr(std::vector<int64_t>(n, kernel))},
+                 {"pads", ints_attr(std::vector<int64_t>(2 * n, 0))},
+                 {"strides", ints_attr(std::vector<int64_t>(n, stride))}});
+}
+
 ValueId global_avg_pool(ModelBuilder& b, ValueId x) {
   return b.add1("GlobalAveragePool", {x});
 }
 
-ValueId flatten_gemm(ModelBuilder& b, ValueId x, int64_t out) {
-  ValueId flat = b.add1("Flatten", {x}, {{"axis", int_attr(1)}});
-  const int64_t in = b.dim(flat, 1);
-  ValueId w = b.random(b.param_name("weight"), {out, in}, 1.0f / std::sqrt(static_cast<float>(in)));
-  return b.add1("Gemm", {flat, w, bias(b, out)},
+ValueId gemm(ModelBuilder& b, ValueId x, int64_t out, float gain) {
+  const int64_t in = b.dim(x, 1);
+  ValueId w = b.random(b.param_name("weight"), {out, in}, gain / std::sqrt(static_cast<float>(in)));
+  return b.add1("Gemm", {x, w, random_bias(b, out)},
                 {{"alpha", float_attr(1.0f)}, {"beta", float_attr(1.0f)}, {"transB", int_attr(1)}});
+}
+
+ValueId flatten_gemm(ModelBuilder& b, ValueId x, int64_t out) {
+  return gemm(b, b.add1("Flatten", {x}, {{"axis", int_attr(1)}}), out);
 }
 
 ValueId linear(ModelBuilder& b, ValueId x, int64_t out, float gain) {
@@ -159,11 +178,17 @@ ValueId linear(ModelBuilder& b, ValueId x, int64_t out, float gain) {
   // The exporter stores nn.Linear's weight pre-transposed to [in, out] for MatMul.
   ValueId w = b.random(b.param_name("weight"), {in, out}, gain / std::sqrt(static_cast<float>(in)));
   ValueId y = b.add1("MatMul", {x, w});
-  return b.add1("Add", {bias(b, out), y});
+  return b.add1("Add", {random_bias(b, out), y});
 }
 
 ValueId layer_norm(ModelBuilder& b, ValueId x, float eps) {
   const int64_t c = b.dim(x, -1);
+  if (b.opset() >= 17) {
+    ValueId gamma = b.random_range(b.param_name("weight"), {c}, 0.8f, 1.2f);
+    ValueId beta = b.random_range(b.param_name("bias"), {c}, -0.1f, 0.1f);
+    return b.add1("LayerNormalization", {x, gamma, beta},
+                  {{"axis", int_attr(-1)}, {"epsilon", float_attr(eps)}});
+  }
   const Attrs reduce = {{"axes", ints_attr({-1})}, {"keepdims", int_attr(1)}};
   ValueId mean = b.add1("ReduceMean", {x}, reduce);
   ValueId centered = b.add1("Sub", {x, mean});
@@ -183,6 +208,19 @@ ValueId gelu(ModelBuilder& b, ValueId x) {
   ValueId one_plus = b.add1("Add", {e, b.scalar(b.param_name("one"), 1.0f)});
   ValueId prod = b.add1("Mul", {x, one_plus});
   return b.add1("Mul", {prod, b.scalar(b.param_name("half"), 0.5f)});
+}
+
+ValueId gelu_tanh(ModelBuilder& b, ValueId x) {
+  // Computed in double and rounded once, as Python's math.sqrt(2 / math.pi) is.
+  const auto sqrt_2_over_pi = static_cast<float>(std::sqrt(2.0 / std::numbers::pi));
+  ValueId half_x = b.add1("Mul", {x, b.scalar(b.param_name("half"), 0.5f)});
+  ValueId cube = b.add1("Pow", {x, b.scalar(b.param_name("pow_exponent"), 3.0f)});
+  ValueId inner =
+      b.add1("Add", {x, b.add1("Mul", {cube, b.scalar(b.param_name("coeff"), 0.044715f)})});
+  ValueId t = b.add1(
+      "Tanh", {b.add1("Mul", {inner, b.scalar(b.param_name("sqrt_2_over_pi"), sqrt_2_over_pi)})});
+  ValueId one_plus = b.add1("Add", {t, b.scalar(b.param_name("one"), 1.0f)});
+  return b.add1("Mul", {half_x, one_plus});
 }
 
 }  // namespace collage::models

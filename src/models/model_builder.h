@@ -59,7 +59,13 @@ class ModelBuilder {
     return add(op_type, std::move(inputs), std::move(attrs))[0];
   }
 
+  // The opset the graph declares: layers emit the form an exporter writes at that opset
+  // (LayerNormalization from 17 on, its decomposition before).
+  int64_t opset() const { return graph_.opset; }
   const Shape& shape(ValueId v) const { return graph_.value(v).shape; }
+  // The tensor of a constant made by constant()/random() (e.g. to store a tied weight's
+  // transpose, as the exporter does).
+  const Tensor& constant_value(ValueId v) const { return graph_.value(v).constant; }
   int64_t dim(ValueId v, int i) const;
 
   // Name scopes, like PyTorch module paths: nodes become "/layer1/0/conv1/Conv" and
