@@ -39,7 +39,9 @@ struct TuneOptions {
 };
 
 struct PlanTiming {
-  std::string name;  // "tuned", "onednn", "blas", ... (single-backend plans)
+  // "tuned"; "tuned-sequential" (the tuned placement one step at a time, when "tuned" runs
+  // stages concurrently); "onednn", "blas", ... (single-backend plans)
+  std::string name;
   double predicted_ms = 0;
   double measured_ms = 0;  // NaN when not timed (see `timed`)
   size_t steps = 0;        // 0 when not compiled
@@ -57,13 +59,14 @@ struct BackendShare {
 
 struct TuneResult {
   Plan plan;                         // the winner
-  std::string winner;                // "tuned" or the single backend that won
+  std::string winner;                // "tuned", "tuned-sequential" or the single backend that won
   std::vector<PlanTiming> timings;   // tuned first, then each single-backend plan
   std::vector<BackendShare> shares;  // of the winning plan
   size_t candidates = 0, cache_hits = 0, measured = 0, failed = 0;
   double step_overhead_ms = 0;
   size_t generations = 0, genomes_evaluated = 0;
-  size_t plans_timed = 0;  // whole plans timed end to end (the rest came from the cost DB)
+  size_t plans_timed = 0;     // whole plans timed end to end (the rest came from the cost DB)
+  int concurrent_stages = 0;  // in the tuned placement's chosen schedule
   std::vector<std::string> failures;  // one line per failed candidate
   std::string cost_db_path;
   double seconds = 0;

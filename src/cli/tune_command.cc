@@ -35,6 +35,11 @@ void print_result(const TuneResult& r) {
         "graph-level search: {} generations, {} plans evaluated (timed, or known from the cost "
         "DB)\n",
         r.generations, r.genomes_evaluated);
+  if (r.concurrent_stages)
+    fmt::print(
+        "schedule: {} stages run independent steps at once, each on a share of the threads "
+        "(\"tuned-sequential\" below is the same placement one step at a time)\n",
+        r.concurrent_stages);
   fmt::print("\nplacement of the winning plan ({}):\n", r.winner);
   fmt::print("  {:<16} {:>6} {:>12} {:>8}\n", "backend", "nodes", "cost ms", "share");
   double total = 0;

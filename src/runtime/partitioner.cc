@@ -5,6 +5,8 @@
 #include <numeric>
 #include <queue>
 
+#include "runtime/threads.h"
+
 namespace collage {
 namespace {
 
@@ -123,6 +125,9 @@ Placement complete_placement(const Graph& graph, Placement placement, int thread
 }
 
 std::shared_ptr<Kernel> compile_candidate(const Graph& graph, const Candidate& candidate) {
+  // Libraries size their work partitioning when a kernel is built (oneDNN reads this
+  // thread's OpenMP count): build it with the count it runs with.
+  use_threads_on_this_thread(candidate.threads);
   return candidate.backend->compile(extract_subgraph(graph, candidate.nodes),
                                     candidate.compile_options());
 }

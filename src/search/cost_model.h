@@ -17,6 +17,9 @@ class CostModel {
   // cannot run.
   virtual double cost_ms(const Candidate& candidate) = 0;
   virtual double step_overhead_ms() = 0;
+  // What a concurrent stage costs beyond its slowest lane: handing lanes to the workers and
+  // waiting for them.
+  virtual double stage_overhead_ms() = 0;
 };
 
 // The additive prediction of a complete placement run one step after another: each

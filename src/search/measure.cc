@@ -9,7 +9,9 @@
 
 #include "collage/session.h"
 #include "ir/canonical.h"
+#include "runtime/executor.h"
 #include "runtime/interleaved_timing.h"
+#include "runtime/partitioner.h"
 #include "runtime/threads.h"
 #include "search/isolated_measurer.h"
 #include "util/compare.h"
@@ -220,6 +222,48 @@ double measure_step_overhead_ms(int threads) {
     samples.push_back(ms_since(t0) / kSteps);
   }
   return median_of(std::move(samples));
+}
+
+double measure_stage_overhead_ms(int threads, double step_overhead_ms) {
+  if (threads < 2) return 0;  // nothing runs concurrently on one thread
+  // Per round: a = Relu(x), b = Relu(x) (one concurrent stage of two lanes, or two steps),
+  // then x = Add(a, b). On one float the kernels do ~nothing.
+  constexpr int kRounds = 100;
+  Graph g;
+  ValueId prev = g.add_value("x", DType::kFloat32, {1}, true);
+  g.inputs = {prev};
+  for (int i = 0; i < kRounds; ++i) {
+    ValueId a = g.add_value(fmt::format("a{}", i), DType::kFloat32, {1}, true);
+    ValueId b = g.add_value(fmt::format("b{}", i), DType::kFloat32, {1}, true);
+    ValueId sum = g.add_value(fmt::format("s{}", i), DType::kFloat32, {1}, true);
+    g.add_node(Node{fmt::format("ra{}", i), "Relu", "", {prev}, {a}, {}});
+    g.add_node(Node{fmt::format("rb{}", i), "Relu", "", {prev}, {b}, {}});
+    g.add_node(Node{fmt::format("add{}", i), "Add", "", {a, b}, {sum}, {}});
+    prev = sum;
+  }
+  g.outputs = {prev};
+  Backend& fallback = BackendRegistry::global().fallback();
+  Placement placement;
+  Schedule concurrent;
+  for (size_t n = 0; n < g.num_nodes(); ++n) {
+    const int round = static_cast<int>(n / 3), role = static_cast<int>(n % 3);
+    placement.push_back(Candidate{{static_cast<NodeId>(n)}, &fallback, "", role < 2 ? 1 : threads});
+    concurrent.push_back(role < 2 ? Slot{2 * round, role} : Slot{2 * round + 1, 0});
+  }
+  Executor stages(g, build_steps(g, placement, &concurrent));
+  Executor one_by_one(g, build_steps(g, placement));
+  std::vector<Tensor> inputs = {Tensor(DType::kFloat32, {1})};
+  std::vector<double> stage_ms, sequential_ms;
+  for (int i = 0; i < 31; ++i) {
+    auto t0 = Clock::now();
+    stages.run(inputs);
+    stage_ms.push_back(ms_since(t0) / kRounds);
+    t0 = Clock::now();
+    one_by_one.run(inputs);
+    sequential_ms.push_back(ms_since(t0) / kRounds);
+  }
+  // Sequential: three steps a round (3 o). Staged: the stage (o + H) and the Add (o).
+  return std::max(0.0, median_of(stage_ms) - median_of(sequential_ms) + step_overhead_ms);
 }
 
 }  // namespace collage

@@ -96,5 +96,9 @@ class Measurer {
 // milliseconds, for a session of `threads`: measured with a chain of trivial kernels. The
 // paper hand-tuned it (0.01 ms).
 double measure_step_overhead_ms(int threads);
+// The hand-off of a concurrent stage (LaneWorkers: waking a worker, waiting for it), in
+// milliseconds beyond its slowest lane: measured with two-lane stages of trivial kernels
+// against the same steps one after another. `step_overhead_ms` is measure_step_overhead_ms's.
+double measure_stage_overhead_ms(int threads, double step_overhead_ms);
 
 }  // namespace collage

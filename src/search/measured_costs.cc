@@ -96,4 +96,19 @@ double MeasuredCosts::step_overhead_ms() {
   return step_overhead_ms_;
 }
 
+double MeasuredCosts::stage_overhead_ms() {
+  if (stage_overhead_ms_ < 0) {
+    Hardware hw = machine_;
+    hw.threads = threads_;
+    const double step = step_overhead_ms();
+    stage_overhead_ms_ =
+        find_or_measure(db_, stage_overhead_key(hw), kStageOverheadRecord, hw, [&] {
+          CostRecord record;
+          record.milliseconds = measure_stage_overhead_ms(threads_, step);
+          return record;
+        }).milliseconds;
+  }
+  return stage_overhead_ms_;
+}
+
 }  // namespace collage

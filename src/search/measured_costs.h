@@ -37,6 +37,7 @@ class MeasuredCosts : public CostModel {
 
   double cost_ms(const Candidate& candidate) override;
   double step_overhead_ms() override;
+  double stage_overhead_ms() override;
   const MeasureStats& stats() const { return stats_; }
 
  private:
@@ -55,7 +56,7 @@ class MeasuredCosts : public CostModel {
   Measurer measurer_;
   std::unique_ptr<IsolatedWorker> worker_;
   std::map<MemoKey, double> memo_;
-  double step_overhead_ms_ = -1;
+  double step_overhead_ms_ = -1, stage_overhead_ms_ = -1;
   MeasureStats stats_;
 };
 

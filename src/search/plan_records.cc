@@ -35,6 +35,11 @@ RecordKey step_overhead_key(const Hardware& machine) {
   return {CostDb::make_key(what, kStepOverheadRecord, "", machine.fingerprint()), what};
 }
 
+RecordKey stage_overhead_key(const Hardware& machine) {
+  const char* what = "executor stage hand-off";
+  return {CostDb::make_key(what, kStageOverheadRecord, "", machine.fingerprint()), what};
+}
+
 CostRecord find_or_measure(CostDb& db, const RecordKey& key, const char* kind,
                            const Hardware& machine, const std::function<CostRecord()>& measure) {
   if (std::optional<CostRecord> hit = db.find(key.key)) return *hit;

@@ -21,6 +21,7 @@ inline constexpr const char* kPlanFitnessRecord = "plan";
 // read again: a warm re-tune then retraces the same search.
 inline constexpr const char* kPlanSideBySideRecord = "plan-side-by-side";
 inline constexpr const char* kStepOverheadRecord = "step-overhead";
+inline constexpr const char* kStageOverheadRecord = "stage-overhead";
 
 // A record's key and the text stored beside it.
 struct RecordKey {
@@ -34,6 +35,7 @@ RecordKey plan_record_key(const Graph& graph, const Placement& placement,
                           const std::string& schedule_text, const char* kind,
                           const Hardware& machine);
 RecordKey step_overhead_key(const Hardware& machine);
+RecordKey stage_overhead_key(const Hardware& machine);
 
 // The record under `key`, or `measure()`'s (with the seconds it took), stored first.
 CostRecord find_or_measure(CostDb& db, const RecordKey& key, const char* kind,

@@ -24,6 +24,7 @@
 #include "search/never_worse.h"
 #include "search/op_level_search.h"
 #include "search/plan_records.h"
+#include "search/schedule.h"
 
 namespace collage {
 namespace {
@@ -111,11 +112,17 @@ class Tuner {
     return kernels_[key] = compile_candidate(graph, c);
   }
 
-  std::unique_ptr<Executor> executor_for(const Placement& placement) {
+  std::unique_ptr<Executor> executor_for(const Placement& placement,
+                                         const Schedule* schedule = nullptr) {
     return std::make_unique<Executor>(
-        graph_, build_steps(graph_, placement, nullptr, [this](const Graph& g, const Candidate& c) {
-          return kernel_for(g, c);
-        }));
+        graph_,
+        build_steps(graph_, placement, schedule,
+                    [this](const Graph& g, const Candidate& c) { return kernel_for(g, c); }));
+  }
+
+  // The schedule of a complete placement (sequential on one thread).
+  ScheduledPlan schedule_of(const Placement& placement) {
+    return choose_schedule(graph_, placement, costs_, threads_);
   }
 
   // Every group of a plan runs in this process when the plan is timed end to end: each one
@@ -131,14 +138,22 @@ class Tuner {
     return "";
   }
 
-  // A placement's latency timed alone (a genome's fitness), through the cost DB.
+  // A placement's latency with its schedule, timed alone (a genome's fitness), through the
+  // cost DB.
   CostRecord fitness_of(const Placement& placement) {
-    RecordKey key = plan_record_key(graph_, placement, "", kPlanFitnessRecord, machine_);
+    ScheduledPlan scheduled;
+    try {
+      scheduled = schedule_of(placement);
+    } catch (const Error& e) {
+      return failed_record(e.what());
+    }
+    RecordKey key = plan_record_key(graph_, scheduled.placement, scheduled.text(),
+                                    kPlanFitnessRecord, machine_);
     return find_or_measure(db_, key, kPlanFitnessRecord, machine_, [&] {
       try {
-        if (std::string why = unsafe_group(placement); !why.empty())
+        if (std::string why = unsafe_group(scheduled.placement); !why.empty())
           fail(ErrorKind::kBackend, "{}", why);
-        std::unique_ptr<Executor> e = executor_for(placement);
+        std::unique_ptr<Executor> e = executor_for(scheduled.placement, &scheduled.schedule);
         std::vector<Tensor> inputs = random_inputs(graph_, options_.seed);
         ++result_.plans_timed;
         CostRecord record;
@@ -204,10 +219,42 @@ class Tuner {
       PlanTiming timing;
       std::unique_ptr<Executor> executor;
       RecordKey side_by_side;  // its latency's cost-DB record
+      Schedule schedule;       // empty: one step after another
+      std::string schedule_text;
+      double predicted_ms = std::numeric_limits<double>::quiet_NaN();  // NaN: additive
     };
     std::vector<Contender> contenders;
-    contenders.push_back(
-        {"tuned", complete_placement(graph_, std::move(tuned), threads_), {}, {}, {}});
+    Placement tuned_placement = complete_placement(graph_, std::move(tuned), threads_);
+    ScheduledPlan scheduled = schedule_of(tuned_placement);
+    result_.concurrent_stages = scheduled.concurrent_stages;
+    if (scheduled.concurrent()) {
+      // The concurrent schedule competes with the same placement run one step at a time.
+      contenders.push_back({"tuned",
+                            scheduled.placement,
+                            {},
+                            {},
+                            {},
+                            scheduled.schedule,
+                            scheduled.text(),
+                            scheduled.predicted_ms});
+      contenders.push_back({"tuned-sequential",
+                            std::move(tuned_placement),
+                            {},
+                            {},
+                            {},
+                            {},
+                            "",
+                            std::numeric_limits<double>::quiet_NaN()});
+    } else {
+      contenders.push_back({"tuned",
+                            std::move(tuned_placement),
+                            {},
+                            {},
+                            {},
+                            {},
+                            "",
+                            std::numeric_limits<double>::quiet_NaN()});
+    }
     for (Backend* b : backends_) {
       // The fallback is the oracle, not a contender: far slower.
       if (BackendRegistry::global().is_fallback(*b)) continue;
@@ -219,15 +266,24 @@ class Tuner {
         spdlog::info("no single-backend plan for {}: {}", b->name(), why);
         continue;
       }
-      contenders.push_back({b->name(), std::move(placement), {}, {}, {}});
+      contenders.push_back({b->name(),
+                            std::move(placement),
+                            {},
+                            {},
+                            {},
+                            {},
+                            "",
+                            std::numeric_limits<double>::quiet_NaN()});
     }
     std::vector<double> predicted;
     std::vector<bool> must;
     for (Contender& c : contenders) {
       c.timing.name = c.name;
-      c.timing.predicted_ms = predict_sequential_ms(costs_, c.placement);
+      c.timing.predicted_ms =
+          std::isnan(c.predicted_ms) ? predict_sequential_ms(costs_, c.placement) : c.predicted_ms;
       predicted.push_back(c.timing.predicted_ms);
-      must.push_back(c.name == "tuned");  // the never-worse rule needs its time
+      // The never-worse rule needs the tuned plan's time (in both schedules).
+      must.push_back(c.name.rfind("tuned", 0) == 0);
     }
     std::vector<bool> worth = worth_timing(predicted, must);
     // A single-backend plan can be the tuned plan itself (same placement, same cost-DB key):
@@ -240,7 +296,8 @@ class Tuner {
       c.timing.timed = worth[i];
       c.timing.measured_ms = std::numeric_limits<double>::quiet_NaN();
       if (!c.timing.timed) continue;
-      c.side_by_side = plan_record_key(graph_, c.placement, "", kPlanSideBySideRecord, machine_);
+      c.side_by_side =
+          plan_record_key(graph_, c.placement, c.schedule_text, kPlanSideBySideRecord, machine_);
       auto [it, fresh] = first_with_key.emplace(c.side_by_side.key, &c);
       if (fresh)
         timed.push_back(&c);
@@ -261,7 +318,7 @@ class Tuner {
       std::vector<Tensor> inputs = random_inputs(graph_, options_.seed);
       std::vector<std::function<void()>> runs;
       for (Contender* c : timed) {
-        c->executor = executor_for(c->placement);
+        c->executor = executor_for(c->placement, c->schedule.empty() ? nullptr : &c->schedule);
         runs.push_back([e = c->executor.get(), &inputs] { e->run(inputs); });
       }
       result_.plans_timed += timed.size();
@@ -281,7 +338,9 @@ class Tuner {
     Contender* best = timed.front();
     for (Contender* c : timed)
       if (c->timing.measured_ms < best->timing.measured_ms) best = c;
-    if (!best->executor) best->executor = executor_for(best->placement);
+    if (!best->executor)
+      best->executor =
+          executor_for(best->placement, best->schedule.empty() ? nullptr : &best->schedule);
     for (Contender& c : contenders) {
       if (c.executor) c.timing.steps = c.executor->steps().size();
       result_.timings.push_back(c.timing);
@@ -294,7 +353,7 @@ class Tuner {
     Plan& plan = result_.plan;
     plan = plan_of_steps(graph_, executor.steps(), threads_, machine_.fingerprint());
     plan.optimizer = options_.optimizer == Optimizer::kTwoLevel ? "two-level" : "op-level";
-    if (result_.winner != "tuned") plan.optimizer = "single:" + result_.winner;
+    if (result_.winner.rfind("tuned", 0) != 0) plan.optimizer = "single:" + result_.winner;
     plan.predicted_ms = predicted;
     plan.measured_ms = measured;
     std::map<std::string, BackendShare> shares;

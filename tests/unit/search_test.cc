@@ -14,6 +14,7 @@
 #include "search/graph_level_search.h"
 #include "search/measure.h"
 #include "search/op_level_search.h"
+#include "table_costs.h"
 
 namespace collage {
 namespace {
@@ -34,27 +35,8 @@ Graph chain(int n) {
   return g;
 }
 
-// Costs the test controls (the search sees nothing else): one per candidate node set, and
-// a fixed step overhead.
-class TableCosts : public CostModel {
- public:
-  TableCosts(std::map<std::vector<NodeId>, double> costs, double overhead)
-      : costs_(std::move(costs)), overhead_(overhead) {}
-  double cost_ms(const Candidate& c) override { return costs_.at(c.nodes); }
-  double step_overhead_ms() override { return overhead_; }
-
- private:
-  std::map<std::vector<NodeId>, double> costs_;
-  double overhead_;
-};
-
-// Candidates on the fallback backend for `sets` (which backend does not matter here).
-std::vector<Candidate> candidates_for(const std::vector<std::vector<NodeId>>& sets) {
-  std::vector<Candidate> out;
-  for (const auto& s : sets)
-    out.push_back(Candidate{s, &BackendRegistry::global().fallback(), "", 1});
-  return out;
-}
+using testing::candidates_for;
+using testing::TableCosts;
 
 TEST(OpLevelSearch, PicksCheapestCoverOnChain) {
   Graph g = chain(4);

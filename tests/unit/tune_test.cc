@@ -2,7 +2,13 @@
 // runs correctly, and a second tuning reuses every cost from the database.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+#include <sqlite3.h>
+
+#include <algorithm>
 #include <filesystem>
+#include <set>
+#include <thread>
 
 #include "collage/session.h"
 #include "collage/tune.h"
@@ -103,6 +109,109 @@ TEST(Tune, PlanForAnotherModelIsRefused) {
   Plan missing = s.plan();
   missing.groups.pop_back();
   EXPECT_THROW(Session(g, missing, SessionOptions{}), Error);
+}
+
+// Every distinct value of a column of the cost database's records.
+std::vector<std::string> distinct_column(const fs::path& db, const char* column) {
+  sqlite3* handle = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(db.c_str(), &handle, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  std::vector<std::string> values;
+  sqlite3_stmt* stmt = nullptr;
+  const std::string sql = std::string("SELECT DISTINCT ") + column + " FROM costs";
+  EXPECT_EQ(sqlite3_prepare_v2(handle, sql.c_str(), -1, &stmt, nullptr), SQLITE_OK);
+  while (sqlite3_step(stmt) == SQLITE_ROW)
+    values.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)));
+  sqlite3_finalize(stmt);
+  sqlite3_close(handle);
+  return values;
+}
+
+// The thread count is a parameter of the whole tuning: measured, searched and written with
+// it, never with every core (which the step-overhead measurement once switched to).
+TEST(Tune, OneThreadIsMeasuredAndWrittenThroughout) {
+  if (std::thread::hardware_concurrency() < 2)
+    GTEST_SKIP() << "needs 2+ cores to tell one thread from every core";
+  fs::path db =
+      fs::temp_directory_path() / ("collage_tune_1t_" + std::to_string(::getpid()) + ".db");
+  fs::remove(db);
+  Graph g = small_cnn();
+  TuneOptions options;
+  options.cost_db_path = db.string();
+  options.threads = 1;
+  options.budget_s = 10;
+  TuneResult r = tune(g, options);
+  EXPECT_EQ(r.plan.threads, 1);
+  EXPECT_NE(r.plan.hardware.find("| 1 threads"), std::string::npos) << r.plan.hardware;
+  EXPECT_EQ(r.concurrent_stages, 0);
+  for (const PlanGroup& group : r.plan.groups) {
+    EXPECT_EQ(group.threads, 1) << group.backend << " " << group.nodes.front();
+    EXPECT_EQ(group.stage, 0);
+    EXPECT_EQ(group.lane, 0);
+  }
+  // Every record: kernels, the step overhead, whole-plan latencies.
+  std::vector<std::string> hardware = distinct_column(db, "hardware");
+  ASSERT_FALSE(hardware.empty());
+  for (const std::string& h : hardware)
+    EXPECT_NE(h.find("| 1 threads"), std::string::npos) << "a record measured with " << h;
+  std::vector<std::string> kinds = distinct_column(db, "backend");
+  EXPECT_NE(std::find(kinds.begin(), kinds.end(), "step-overhead"), kinds.end());
+  EXPECT_NE(std::find(kinds.begin(), kinds.end(), "plan-side-by-side"), kinds.end());
+  // The session it makes runs on one thread too.
+  Session session(g, r.plan, SessionOptions{});
+  EXPECT_EQ(session.threads(), 1);
+  fs::remove(db);
+}
+
+// A backend whose Relu kernels record the OpenMP thread count they run with (the count
+// OpenMP libraries such as oneDNN use).
+std::set<int>& seen_thread_counts() {
+  static std::set<int> seen;
+  return seen;
+}
+class ThreadProbeKernel : public Kernel {
+ public:
+  void run(std::span<const Tensor> in, std::span<const Tensor> out) override {
+    seen_thread_counts().insert(omp_get_max_threads());
+    const float* x = in[0].data<float>();
+    float* y = out[0].data<float>();
+    for (int64_t i = 0; i < in[0].numel(); ++i) y[i] = x[i] > 0 ? x[i] : 0;
+  }
+};
+class ThreadProbeBackend : public Backend {
+ public:
+  std::string name() const override { return "test-thread-probe"; }
+  std::string version() const override { return "1"; }
+  std::vector<PatternEntry> patterns() const override { return {{"relu", op("Relu"), {}}}; }
+  std::unique_ptr<Kernel> compile(const Graph&, const CompileOptions&) override {
+    return std::make_unique<ThreadProbeKernel>();
+  }
+};
+
+TEST(Tune, KernelsRunWithTheTuningsThreadCount) {
+  if (std::thread::hardware_concurrency() < 2)
+    GTEST_SKIP() << "needs 2+ cores to tell one thread from every core";
+  BackendRegistry::global().add(std::make_shared<ThreadProbeBackend>());
+  testing::GraphBuilder b;
+  ValueId v = b.input("x", DType::kFloat32, {64});
+  for (int i = 0; i < 3; ++i) v = b.add1("Relu", {v});
+  b.output(v);
+  Graph g = b.finish();
+  for (int threads : {1, 2}) {
+    fs::path db =
+        fs::temp_directory_path() / fmt::format("collage_tune_probe_{}_{}.db", ::getpid(), threads);
+    fs::remove(db);
+    seen_thread_counts().clear();
+    TuneOptions options;
+    options.cost_db_path = db.string();
+    options.threads = threads;
+    options.backends = {"test-thread-probe"};
+    options.budget_s = 5;
+    TuneResult r = tune(g, options);
+    EXPECT_EQ(r.winner, "tuned");
+    EXPECT_EQ(seen_thread_counts(), (std::set<int>{threads}))
+        << "kernels of a " << threads << "-thread tuning ran with other counts";
+    fs::remove(db);
+  }
 }
 
 }  // namespace
