@@ -18,6 +18,8 @@ PACKAGES=(
   libhalide14-0-dev libtorch-dev
   # PyTorch's exporter, used by tests to make real exported models
   python3-torch python3-torchvision python3-onnx python3-numpy
+  # the Python module (pybind11 extension for Debian's python3) and its pytest suites
+  pybind11-dev python3-dev python3-pytest
   # `collage show --svg`
   graphviz
   # `make fuzz` (libFuzzer needs clang and its runtime)

@@ -1,7 +1,10 @@
 // Loads the example plugin the way `collage --backend-plugin` does and checks it.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "collage/backend.h"
+#include "collage/placement_view.h"
 #include "collage/session.h"
 #include "graph_builder.h"
 
@@ -21,6 +24,16 @@ TEST(ExamplePlugin, RegistersThroughTheCFunction) {
   Backend& b = load_example();
   EXPECT_EQ(b.version(), "1.0");
   EXPECT_FALSE(b.patterns().empty());
+}
+
+// `collage show` colours come from the registry: a plugin's backend gets its own too.
+TEST(ExamplePlugin, HasItsOwnPlacementColour) {
+  load_example();
+  std::set<std::string> others;
+  for (Backend* b : BackendRegistry::global().all())
+    if (b->name() != "example-clamp") others.insert(backend_color(b->name()));
+  EXPECT_EQ(others.count(backend_color("example-clamp")), 0u) << backend_color("example-clamp");
+  EXPECT_NE(backend_color("example-clamp"), "#ffffff");
 }
 
 TEST(ExamplePlugin, FusesClampChainAndMatchesReference) {

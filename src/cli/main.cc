@@ -2,22 +2,41 @@
 // file or argument the user handed us), 1 anything else (a bug or a backend failure).
 #include <fmt/core.h>
 
+#include <csignal>
 #include <filesystem>
 
 #include <CLI/CLI.hpp>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
 #include "cli/idle_spin_env.h"
 #include "collage/backend.h"
 #include "collage/error.h"
+#include "collage/version.h"
 #include "search/isolated_measurer.h"
+
+namespace {
+
+// `collage --version`: collage's version, then each backend's library version (what a
+// bug report needs, and what the cost DB keys measurements by).
+std::string version_text() {
+  std::string text = fmt::format("collage {}\nbackends:", collage::version());
+  for (collage::Backend* b : collage::BackendRegistry::global().all())
+    text += fmt::format("\n  {:<14} {} ({}{})", b->name(), b->version(),
+                        collage::backend_kind_name(b->kind()),
+                        b->available() ? "" : ", not available on this machine");
+  return text;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   collage::cli::bound_idle_spinning(argc, argv);
   CLI::App app{"collage: runs ONNX models fastest by mixing backends"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_text, "print collage's and each backend's version");
   // Global options may follow the subcommand name too (`collage run --backend-plugin x.so m.onnx`).
   app.fallthrough();
   std::vector<std::string> plugins;
@@ -36,13 +55,24 @@ int main(int argc, char** argv) {
   actions["zoo"] = collage::cli::add_zoo_command(app);
   // Hidden (no group): `collage tune` starts it to measure candidates in isolation.
   app.add_subcommand("measure-worker", "")->group("");
-  actions["measure-worker"] = [] { return collage::run_measure_worker(); };
+  actions["measure-worker"] = [] {
+    // Ctrl-C reaches the whole process group: the tuner decides what an interrupt means
+    // (the CLI dies, the Python module raises KeyboardInterrupt), and its worker must not
+    // die first and have the candidate it was measuring recorded as crashed. The worker
+    // still exits when the tuner closes its end of the socket, and run_measure_worker asks
+    // for SIGKILL when the tuner dies, so a kernel hung in it cannot outlive the tuner.
+    std::signal(SIGINT, SIG_IGN);
+    return collage::run_measure_worker();
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
+    // Diagnostics go to stderr: stdout carries results (`--json` output must be all of it).
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+        "", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
     spdlog::set_level(spdlog::level::from_str(log_level));
     for (const std::string& plugin : plugins)
       collage::BackendRegistry::global().load_plugin(plugin);

@@ -14,7 +14,13 @@ std::string format_duration(double s) {
 }
 
 ProgressBar::ProgressBar()
-    : tty_(isatty(fileno(stderr)) != 0), last_line_(std::chrono::steady_clock::now()) {}
+    : ProgressBar(isatty(fileno(stderr)) != 0, [](const std::string& text) {
+        fmt::print(stderr, "{}", text);
+        std::fflush(stderr);
+      }) {}
+
+ProgressBar::ProgressBar(bool tty, std::function<void(const std::string&)> write)
+    : tty_(tty), write_(std::move(write)), last_line_(std::chrono::steady_clock::now()) {}
 
 void ProgressBar::update(const TuneProgress& p) {
   std::string text;
@@ -29,16 +35,14 @@ void ProgressBar::update(const TuneProgress& p) {
         fmt::format("{:<18} {} {}", p.phase, p.done ? fmt::format("gen {}", p.done) : "", p.detail);
   }
   if (tty_) {
-    fmt::print(stderr, "\r{:<110.110}", text);
+    write_(fmt::format("\r{:<110.110}", text));
     drawn_ = true;
-    if (p.phase != last_phase_ && !last_phase_.empty()) {
-    }
   } else {
     auto now = std::chrono::steady_clock::now();
     bool phase_changed = p.phase != last_phase_;
     bool done = p.total > 0 && p.done == p.total;
     if (phase_changed || done || now - last_line_ > std::chrono::seconds(5)) {
-      fmt::print(stderr, "{}\n", text);
+      write_(text + "\n");
       last_line_ = now;
     }
   }
@@ -46,7 +50,7 @@ void ProgressBar::update(const TuneProgress& p) {
 }
 
 void ProgressBar::finish() {
-  if (tty_ && drawn_) fmt::print(stderr, "\n");
+  if (tty_ && drawn_) write_("\n");
   drawn_ = false;
 }
 

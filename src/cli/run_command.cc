@@ -1,5 +1,5 @@
 // collage run MODEL.onnx [--inputs DIR] [--outputs DIR] [--threads N] [--repeat N] [--backend NAME]
-//             [--plan PLAN.json] [--verify] [--profile]
+//             [--plan PLAN.json] [--verify] [--profile] [--trace FILE] [--json]
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -8,10 +8,14 @@
 #include <filesystem>
 #include <optional>
 
+#include <nlohmann/json.hpp>
+
+#include "cli/chrome_trace.h"
 #include "cli/commands.h"
 #include "cli/step_profile.h"
 #include "collage/backend.h"
 #include "collage/session.h"
+#include "collage/version.h"
 #include "util/compare.h"
 
 namespace collage::cli {
@@ -21,8 +25,8 @@ namespace fs = std::filesystem;
 
 struct RunOptions {
   ModelOptions model;
-  std::string inputs_dir, outputs_dir, backend, plan_path;
-  bool verify = false, profile = false;
+  std::string inputs_dir, outputs_dir, backend, plan_path, trace_path;
+  bool verify = false, profile = false, json = false;
   int threads = 0, repeat = 1, warmup = 1;
   uint64_t seed = 1;
 };
@@ -49,15 +53,18 @@ void bind_input_shapes(const std::string& model, const std::string& dir, LoadOpt
   }
 }
 
-void print_output(size_t i, const std::string& name, const Tensor& t) {
+struct Checksum {
   double sum = 0, l1 = 0;
+};
+
+Checksum checksum(const Tensor& t) {
+  Checksum c;
   for (int64_t k = 0; k < t.numel(); ++k) {
     double x = t.get_as_double(k);
-    sum += x;
-    l1 += std::fabs(x);
+    c.sum += x;
+    c.l1 += std::fabs(x);
   }
-  fmt::print("output {} '{}': {} {} checksum sum={:.6e} l1={:.6e}\n", i, name,
-             dtype_name(t.dtype()), shape_to_string(t.shape()), sum, l1);
+  return c;
 }
 
 // --verify: the same inputs through the fallback (reference) backend; any output outside the
@@ -72,7 +79,6 @@ void verify_against_reference(const Graph& graph, const std::vector<Tensor>& inp
       compare_outputs(outputs, reference.run(inputs), Tolerance::backend_vs_reference());
   if (!diff.empty())
     fail(ErrorKind::kBackend, "--verify: the outputs differ from reference: {}", diff);
-  fmt::print("verify: outputs match the reference backend\n");
 }
 
 int run(const RunOptions& o) {
@@ -101,25 +107,72 @@ int run(const RunOptions& o) {
   }
   const std::string backend =
       o.backend.empty() ? BackendRegistry::global().fallback().name() : o.backend;
-  fmt::print("model: {} ({} nodes, opset {}, {}, {} threads, {} kernels)\n", o.model.path,
-             graph.num_nodes(), graph.opset,
-             o.plan_path.empty() ? "backend " + backend : "plan " + o.plan_path, session.threads(),
-             session.num_steps());
   if (o.verify) verify_against_reference(loaded, inputs, outputs, session.threads());
-  for (size_t i = 0; i < outputs.size(); ++i)
-    print_output(i, graph.value(graph.outputs[i]).name, outputs[i]);
   if (!o.outputs_dir.empty()) {
     fs::create_directories(o.outputs_dir);
     for (size_t i = 0; i < outputs.size(); ++i)
       write_tensor_file((fs::path(o.outputs_dir) / fmt::format("output_{}.pb", i)).string(),
                         outputs[i], graph.value(graph.outputs[i]).name);
   }
+  // Before profiling runs the session again (the outputs are views into its arena).
+  std::vector<Checksum> sums;
+  for (const Tensor& t : outputs) sums.push_back(checksum(t));
   std::sort(ms.begin(), ms.end());
-  if (o.profile) {
+  std::optional<StepProfile> profile;
+  if (o.profile || !o.trace_path.empty()) {
     std::optional<Plan> plan;
     if (!o.plan_path.empty()) plan = Plan::load(o.plan_path);
-    print_step_profile(session, inputs, std::max(o.repeat, 5), plan ? &*plan : nullptr);
+    profile = profile_steps(session, inputs, std::max(o.repeat, 5), plan ? &*plan : nullptr);
+    if (!o.trace_path.empty())
+      write_chrome_trace(o.trace_path, *profile,
+                         {o.model.path, o.plan_path, o.plan_path.empty() ? backend : ""});
   }
+
+  if (o.json) {
+    // The `run --json` object (docs/DESIGN.md, "CLI output for scripts"): stdout holds it alone.
+    nlohmann::json outs = nlohmann::json::array();
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const Checksum& c = sums[i];
+      outs.push_back({{"index", i},
+                      {"name", graph.value(graph.outputs[i]).name},
+                      {"dtype", dtype_name(outputs[i].dtype())},
+                      {"shape", outputs[i].shape()},
+                      {"sum", c.sum},
+                      {"l1", c.l1}});
+    }
+    nlohmann::json out = {
+        {"format", "collage-run"},
+        {"version", 1},
+        {"collage_version", version()},
+        {"model", o.model.path},
+        {"plan", o.plan_path.empty() ? nlohmann::json() : nlohmann::json(o.plan_path)},
+        {"backend", o.plan_path.empty() ? nlohmann::json(backend) : nlohmann::json()},
+        {"nodes", graph.num_nodes()},
+        {"opset", graph.opset},
+        {"threads", session.threads()},
+        {"kernels", session.num_steps()},
+        {"outputs", outs},
+        {"latency_ms", {{"median", ms[ms.size() / 2]}, {"min", ms[0]}, {"runs", ms.size()}}},
+        {"verified", o.verify},
+        {"outputs_dir", o.outputs_dir.empty() ? nlohmann::json() : nlohmann::json(o.outputs_dir)},
+        {"profile", profile ? step_profile_json(*profile) : nlohmann::json()},
+        {"trace", o.trace_path.empty() ? nlohmann::json() : nlohmann::json(o.trace_path)}};
+    fmt::print("{}\n", out.dump(2));
+    return 0;
+  }
+  fmt::print("model: {} ({} nodes, opset {}, {}, {} threads, {} kernels)\n", o.model.path,
+             graph.num_nodes(), graph.opset,
+             o.plan_path.empty() ? "backend " + backend : "plan " + o.plan_path, session.threads(),
+             session.num_steps());
+  if (o.verify) fmt::print("verify: outputs match the reference backend\n");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Checksum& c = sums[i];
+    fmt::print("output {} '{}': {} {} checksum sum={:.6e} l1={:.6e}\n", i,
+               graph.value(graph.outputs[i]).name, dtype_name(outputs[i].dtype()),
+               shape_to_string(outputs[i].shape()), c.sum, c.l1);
+  }
+  if (o.profile) print_step_profile(*profile);
+  if (!o.trace_path.empty()) fmt::print("trace written to {}\n", o.trace_path);
   fmt::print("latency: median {:.3f} ms, min {:.3f} ms over {} runs\n", ms[ms.size() / 2], ms[0],
              ms.size());
   return 0;
@@ -148,6 +201,10 @@ Action add_run_command(CLI::App& app) {
   cmd->add_flag("--verify", o->verify, "compare the outputs with the reference backend's");
   cmd->add_flag("--profile", o->profile,
                 "time every step too and print the slowest, in the model and measured alone");
+  cmd->add_option("--trace", o->trace_path,
+                  "write the profiled runs as a Chrome-trace JSON timeline (chrome://tracing, "
+                  "ui.perfetto.dev)");
+  cmd->add_flag("--json", o->json, "print one JSON object on stdout instead of text");
   return [o] { return run(*o); };
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <numeric>
 
@@ -41,63 +42,105 @@ std::string ratio(double in_model, double alone) {
   return alone > 0 ? fmt::format("{:.2f}x", in_model / alone) : std::string("-");
 }
 
+struct Share {
+  size_t steps = 0;
+  double in_model = 0, alone = 0;
+};
+
+std::map<std::string, Share> shares_by_backend(const StepProfile& p) {
+  std::map<std::string, Share> shares;
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    Share& share = shares[p.steps[s].backend];
+    share.steps++;
+    share.in_model += p.in_model_ms[s];
+    share.alone += p.alone_ms[s];
+  }
+  return shares;
+}
+
 }  // namespace
 
-void print_step_profile(Session& session, const std::vector<Tensor>& inputs, int runs,
-                        const Plan* plan) {
-  const std::vector<PlanGroup> steps = session.plan().groups;
-  std::vector<std::vector<double>> samples(steps.size());
+StepProfile profile_steps(Session& session, const std::vector<Tensor>& inputs, int runs,
+                          const Plan* plan) {
+  using Clock = std::chrono::steady_clock;
+  StepProfile p;
+  p.runs = runs;
+  p.steps = session.plan().groups;
+  p.alone_ms = alone_costs(p.steps, plan);
+  std::vector<std::vector<double>> samples(p.steps.size());
   std::vector<StepTiming> timings;
-  std::vector<double> totals;
+  const Clock::time_point origin = Clock::now();
+  auto us_since_origin = [&](Clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(t - origin).count();
+  };
   for (int r = 0; r < runs; ++r) {
+    Clock::time_point start = Clock::now();
     session.run_profiled(inputs, timings);
-    double total = 0;
-    for (size_t s = 0; s < steps.size(); ++s) {
-      samples[s].push_back(timings[s].end_ms - timings[s].start_ms);
-      total += samples[s].back();
+    Clock::time_point stop = Clock::now();
+    const double run_start = us_since_origin(start), run_end = us_since_origin(stop);
+    // Tracks: the calling thread is worker 0, the worker of lane k of a concurrent stage k.
+    p.spans.push_back({r, -1, run_start, run_end - run_start, 0});
+    double sum = 0;
+    for (size_t s = 0; s < p.steps.size(); ++s) {
+      const double ms = timings[s].end_ms - timings[s].start_ms;
+      samples[s].push_back(ms);
+      sum += ms;
+      p.spans.push_back({r, static_cast<int64_t>(s), run_start + timings[s].start_ms * 1000,
+                         ms * 1000, timings[s].worker});
     }
-    totals.push_back(total);
+    p.run_sum_ms.push_back(sum);
   }
-  std::vector<double> in_model(steps.size());
-  for (size_t s = 0; s < steps.size(); ++s) in_model[s] = median_of(samples[s]);
-  const std::vector<double> alone = alone_costs(steps, plan);
+  for (size_t s = 0; s < p.steps.size(); ++s) p.in_model_ms.push_back(median_of(samples[s]));
+  return p;
+}
 
-  std::vector<size_t> order(steps.size());
+void print_step_profile(const StepProfile& p) {
+  std::vector<size_t> order(p.steps.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return in_model[a] > in_model[b]; });
+            [&](size_t a, size_t b) { return p.in_model_ms[a] > p.in_model_ms[b]; });
   fmt::print(
       "profile: median of {} runs per step; 'alone' is the cost the tuner measured for "
       "the group by itself\n",
-      runs);
+      p.runs);
   fmt::print("  {:>5} {:<14} {:>10} {:>10} {:>7}  {}\n", "step", "backend", "in-model ms",
              "alone ms", "ratio", "nodes");
   for (size_t k = 0; k < std::min(kStepsShown, order.size()); ++k) {
     size_t s = order[k];
-    fmt::print("  {:>5} {:<14} {:>10.3f} {:>10} {:>7}  {}\n", s, steps[s].backend, in_model[s],
-               ms_or_dash(alone[s]), ratio(in_model[s], alone[s]), describe(steps[s]));
+    fmt::print("  {:>5} {:<14} {:>10.3f} {:>10} {:>7}  {}\n", s, p.steps[s].backend,
+               p.in_model_ms[s], ms_or_dash(p.alone_ms[s]), ratio(p.in_model_ms[s], p.alone_ms[s]),
+               describe(p.steps[s]));
   }
   if (order.size() > kStepsShown) fmt::print("  ... {} more steps\n", order.size() - kStepsShown);
-
-  struct Share {
-    size_t steps = 0;
-    double in_model = 0, alone = 0;
-  };
-  std::map<std::string, Share> shares;
-  for (size_t s = 0; s < steps.size(); ++s) {
-    Share& share = shares[steps[s].backend];
-    share.steps++;
-    share.in_model += in_model[s];
-    share.alone += alone[s];
-  }
   fmt::print("  by backend:\n");
-  for (const auto& [name, share] : shares)
+  for (const auto& [name, share] : shares_by_backend(p))
     fmt::print("  {:>5} {:<14} {:>10.3f} {:>10} {:>7}  {} steps\n", "", name, share.in_model,
                ms_or_dash(share.alone), ratio(share.in_model, share.alone), share.steps);
   fmt::print(
       "  sum of steps: median {:.3f} ms per run (the rest of a run's latency is the "
       "executor's own work)\n",
-      median_of(totals));
+      median_of(p.run_sum_ms));
+}
+
+nlohmann::json step_profile_json(const StepProfile& p) {
+  auto ms_or_null = [](double ms) { return ms > 0 ? nlohmann::json(ms) : nlohmann::json(); };
+  nlohmann::json steps = nlohmann::json::array();
+  for (size_t s = 0; s < p.steps.size(); ++s)
+    steps.push_back({{"step", s},
+                     {"backend", p.steps[s].backend},
+                     {"nodes", p.steps[s].nodes},
+                     {"in_model_ms", p.in_model_ms[s]},
+                     {"alone_ms", ms_or_null(p.alone_ms[s])}});
+  nlohmann::json by_backend = nlohmann::json::array();
+  for (const auto& [name, share] : shares_by_backend(p))
+    by_backend.push_back({{"backend", name},
+                          {"steps", share.steps},
+                          {"in_model_ms", share.in_model},
+                          {"alone_ms", ms_or_null(share.alone)}});
+  return {{"runs", p.runs},
+          {"steps", steps},
+          {"by_backend", by_backend},
+          {"sum_of_steps_median_ms", median_of(p.run_sum_ms)}};
 }
 
 }  // namespace collage::cli

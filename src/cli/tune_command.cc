@@ -1,12 +1,15 @@
 // collage tune MODEL.onnx -o PLAN.json [--backends a,b,c] [--optimizer op-level|two-level]
-//                         [--budget S] [--cost-db PATH] [--threads N]
+//                         [--budget S] [--cost-db PATH] [--threads N] [--json]
 #include <fmt/core.h>
 #include <cmath>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/progress_bar.h"
 #include "collage/session.h"
 #include "collage/tune.h"
+#include "collage/version.h"
 
 namespace collage::cli {
 namespace {
@@ -20,6 +23,7 @@ struct TuneCommandOptions {
   std::string cost_db;
   int threads = 0;
   bool verbose = false;
+  bool json = false;
   bool isolate = true;
   double isolate_timeout = 60;
 };
@@ -72,6 +76,46 @@ void print_result(const TuneResult& r) {
   }
 }
 
+// The `tune --json` object (docs/DESIGN.md, "CLI output for scripts"). Latencies that were
+// not measured (a plan not timed, a prediction with a region never measured alone) are null.
+nlohmann::json result_json(const TuneResult& r, const std::string& plan_path) {
+  auto finite_or_null = [](double ms) {
+    return std::isfinite(ms) ? nlohmann::json(ms) : nlohmann::json();
+  };
+  nlohmann::json placement = nlohmann::json::array();
+  for (const auto& s : r.shares)
+    placement.push_back({{"backend", s.backend}, {"nodes", s.nodes}, {"cost_ms", s.cost_ms}});
+  nlohmann::json timings = nlohmann::json::array();
+  for (const auto& t : r.timings)
+    timings.push_back({{"plan", t.name},
+                       {"written", t.name == r.winner},
+                       {"predicted_ms", finite_or_null(t.predicted_ms)},
+                       {"measured_ms", t.timed ? finite_or_null(t.measured_ms) : nlohmann::json()},
+                       {"timed", t.timed},
+                       {"steps", t.steps},
+                       {"from_cost_db", t.from_cost_db}});
+  return {{"format", "collage-tune"},
+          {"version", 1},
+          {"collage_version", version()},
+          {"plan_path", plan_path},
+          {"winner", r.winner},
+          {"predicted_ms", finite_or_null(r.plan.predicted_ms)},
+          {"measured_ms", finite_or_null(r.plan.measured_ms)},
+          {"placement", placement},
+          {"timings", timings},
+          {"seconds", r.seconds},
+          {"candidates", r.candidates},
+          {"measured", r.measured},
+          {"cache_hits", r.cache_hits},
+          {"failed", r.failed},
+          {"failures", r.failures},
+          {"step_overhead_ms", r.step_overhead_ms},
+          {"generations", r.generations},
+          {"genomes_evaluated", r.genomes_evaluated},
+          {"plans_timed", r.plans_timed},
+          {"cost_db", r.cost_db_path}};
+}
+
 int run_tune(const TuneCommandOptions& o) {
   Graph graph = load_model(o.model.path, o.model.load_options());
   TuneOptions options;
@@ -93,6 +137,10 @@ int run_tune(const TuneCommandOptions& o) {
   TuneResult result = tune(graph, options);
   bar.finish();
   result.plan.save(o.plan_path);
+  if (o.json) {
+    fmt::print("{}\n", result_json(result, o.plan_path).dump(2));
+    return 0;
+  }
   print_result(result);
   if (o.verbose)
     for (const auto& f : result.failures) fmt::print("failed: {}\n", f);
@@ -118,6 +166,8 @@ Action add_tune_command(CLI::App& app) {
   cmd->add_option("--cost-db", o->cost_db, "cost database (default ~/.cache/collage/costs.db)");
   cmd->add_option("--threads", o->threads, "thread budget (0 = all cores)")->capture_default_str();
   cmd->add_flag("-v,--verbose", o->verbose, "list every failed candidate");
+  cmd->add_flag("--json", o->json,
+                "print one JSON object on stdout instead of the tables (progress stays on stderr)");
   cmd->add_flag("--isolate,!--no-isolate", o->isolate,
                 "measure candidates in a worker process, so one that crashes or hangs fails "
                 "alone (default on)");
