@@ -12,8 +12,8 @@ namespace collage {
 
 class BackendRegistry;
 
-// Fill colour ("#rrggbb") of `backend`. The fallback (reference) is grey; every other registered backend
-// takes the next entry of a fixed palette by its position in BackendRegistry::global()
+// Fill colour ("#rrggbb") of `backend`. The fallback (reference) is grey; every other registered
+// backend takes the next entry of a fixed palette by its position in BackendRegistry::global()
 // (reference first, built-ins by name, plugins in load order), extended with generated hues
 // past the palette's end, so distinct registered backends always get distinct colours.
 // A name that is not registered gets white.
