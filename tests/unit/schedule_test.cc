@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "collage/session.h"
 #include "graph_builder.h"
 #include "models/zoo.h"
@@ -200,6 +202,43 @@ TEST(ConcurrentExecutor, ComputesWhatReferenceComputesRunAfterRun) {
   Session from_plan(g, again, options);
   std::vector<Tensor> inputs = random_inputs(g, 99);
   EXPECT_EQ(compare_outputs(from_plan.run(inputs), reference.run(inputs),
+                            Tolerance::backend_vs_reference()),
+            "");
+}
+
+// Plan format 1 (before schedules) has no variant, threads, stage or lane per group: such a
+// plan still loads, and runs one step after another with the plan's thread count.
+TEST(ConcurrentExecutor, VersionOnePlanRunsSequentially) {
+  const Graph g = models::build_zoo_model("googlenet-tiny");
+  const int threads = 2;
+  Backend& backend = BackendRegistry::global().get("onednn");
+  Placement placement =
+      complete_placement(g, place_on_single_backend(g, backend, threads), threads);
+  std::map<TableCosts::Key, double> table;
+  for (const Candidate& c : placement) {
+    table[{c.nodes, threads}] = 1.0;
+    table[{c.nodes, 1}] = 0.5;
+  }
+  TableCosts costs(table, 0.0, 0.0);
+  ScheduledPlan p = choose_schedule(g, placement, costs, threads);
+  ASSERT_GE(p.concurrent_stages, 1);
+  Executor concurrent(g, build_steps(g, p.placement, &p.schedule));
+  nlohmann::json v1 =
+      nlohmann::json::parse(plan_of_steps(g, concurrent.steps(), threads, "test").to_json());
+  v1["version"] = 1;
+  for (nlohmann::json& group : v1["groups"])
+    for (const char* field : {"variant", "threads", "stage", "lane"}) group.erase(field);
+  Plan old = Plan::from_json(v1.dump());
+  SessionOptions options;
+  options.threads = threads;
+  Session session(g, old, options);
+  for (const PlanGroup& group : session.plan().groups) {
+    EXPECT_EQ(group.lane, 0);
+    EXPECT_EQ(group.threads, threads);
+  }
+  Session reference(g, SessionOptions{});
+  std::vector<Tensor> inputs = random_inputs(g, 7);
+  EXPECT_EQ(compare_outputs(session.run(inputs), reference.run(inputs),
                             Tolerance::backend_vs_reference()),
             "");
 }
