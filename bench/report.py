@@ -105,7 +105,7 @@ def model_summary(model_dir):
         for run in load_json_lines(path):
             ort_samples.extend(run.get("samples", []))
             ort_version = run.get("ort_version", ort_version)
-    placement, kernels = [], 0
+    placement, kernels, choices, stages = [], 0, 0, 0
     try:
         with open(os.path.join(model_dir, "plan.json"), encoding="utf-8") as f:
             groups = json.load(f).get("groups", [])
@@ -114,6 +114,9 @@ def model_summary(model_dir):
             nodes[g["backend"]] = nodes.get(g["backend"], 0) + len(g["nodes"])
         placement = sorted(nodes.items(), key=lambda kv: -kv[1])
         kernels = len(groups)
+        # Distinct (backend, variant) pairs: how much of a collage the plan really is.
+        choices = len({(g["backend"], g.get("variant", "")) for g in groups})
+        stages = len({g.get("stage", 0) for g in groups if g.get("lane", 0) > 0})
     except (OSError, ValueError, KeyError):
         pass
     check = (load_json_lines(os.path.join(model_dir, "ort_check.json")) or [{}])[0]
@@ -130,6 +133,8 @@ def model_summary(model_dir):
         "predicted": predicted,
         "placement": placement,
         "kernels": kernels,
+        "choices": choices,
+        "concurrent_stages": stages,
         "ort": ({"median": median(ort_samples), "min": min(ort_samples), "n": len(ort_samples)}
                 if ort_samples else None),
         "ort_version": ort_version,
@@ -147,6 +152,11 @@ def fmt_x(v):
     return "n/a" if v is None else f"{v:.2f}×" if v >= 0.1 else f"{v:.2g}×"
 
 
+# Contenders of `collage bench` that are not single-backend plans.
+SEQUENTIAL = "tuned-sequential"
+NOT_BACKENDS = ("tuned", SEQUENTIAL)
+
+
 def summarize(work, out_dir):
     machine = (load_json_lines(os.path.join(work, "machine.json")) or [{}])[0]
     models = [d for d in (machine.get("models") or []) if os.path.isdir(os.path.join(work, d))]
@@ -154,7 +164,7 @@ def summarize(work, out_dir):
     backends = []
     for r in rows:
         for n in r["order"]:
-            if n != "tuned" and n not in backends:
+            if n not in NOT_BACKENDS and n not in backends:
                 backends.append(n)
     peak = (machine.get("peak") or {}).get("peak_gflops")
     for r in rows:
@@ -190,7 +200,7 @@ def summarize(work, out_dir):
                  f"`bench/results/costs.db`. Protocol: {machine.get('rounds')} rounds, each "
                  f"`collage bench` (every plan interleaved, {machine.get('warmup')} warm-up + "
                  f"{machine.get('repeat')} timed runs per plan, each timed run right after an "
-                 f"untimed run of the same plan; a plan over 5× slower than the fastest in "
+                 f"untimed run of the same plan; a plan over 3× slower than the fastest in "
                  f"warm-up is run once, marked \"1 run\") and ORT in its own process "
                  f"({machine.get('warmup')} warm-up + {machine.get('repeat')} timed runs), the "
                  "two in alternating order; medians and minima over all samples.")
@@ -232,18 +242,38 @@ def summarize(work, out_dir):
                  "their groups' costs, each measured alone by `collage tune`, plus one executor "
                  "step overhead per kernel) against the median measured above.")
     lines.append("")
-    lines.append("| model | placement (nodes per backend) | kernels | predicted ms | "
-                 "measured ms | error |")
-    lines.append("|---|---|---:|---:|---:|---:|")
+    lines.append("| model | placement (nodes per backend) | reference nodes | kernels | "
+                 "(backend, variant) choices | predicted ms | measured ms | error |")
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         tuned = r["plans"].get("tuned")
         if not tuned or not r.get("placement"):
             continue
         placement = ", ".join(f"{b} {n}" for b, n in r["placement"])
+        on_reference = dict(r["placement"]).get("reference", 0)
         pred = r["predicted"]
         err = f"{(pred / tuned['median'] - 1) * 100:+.1f}%" if pred else "n/a"
-        lines.append(f"| {r['model']} | {placement} | {r['kernels']} | "
-                     f"{fmt_ms(pred) if pred else 'n/a'} | {fmt_ms(tuned['median'])} | {err} |")
+        lines.append(f"| {r['model']} | {placement} | {on_reference} | {r['kernels']} | "
+                     f"{r['choices']} | {fmt_ms(pred) if pred else 'n/a'} | "
+                     f"{fmt_ms(tuned['median'])} | {err} |")
+    lines.append("")
+    concurrent = [r for r in rows if r["plans"].get(SEQUENTIAL) and r["plans"].get("tuned")]
+    lines.append("Concurrent schedules: the tuned plan against the same placement run one step "
+                 "after another (`tuned-sequential`: the same kernels, each on every thread), "
+                 "side by side in the same rounds. Models whose tuned plan has no concurrent "
+                 "stage are not listed"
+                 + (":" if concurrent else " (none had one in this run)."))
+    if concurrent:
+        lines.append("")
+        lines.append("| model | concurrent stages | tuned (concurrent) | tuned-sequential | "
+                     "speed-up |")
+        lines.append("|---|---:|---:|---:|---:|")
+        for r in concurrent:
+            t, q = r["plans"]["tuned"], r["plans"][SEQUENTIAL]
+            lines.append(f"| {r['model']} | {r['concurrent_stages']} | "
+                         f"{fmt_ms(t['median'])} ({fmt_ms(t['min'])}) | "
+                         f"{fmt_ms(q['median'])} ({fmt_ms(q['min'])}) | "
+                         f"{fmt_x(q['median'] / t['median'])} |")
     lines.append("")
     notes = [r for r in rows if r["status"] != "ok"]
     for r in notes:

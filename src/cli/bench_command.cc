@@ -1,5 +1,6 @@
-// collage bench MODEL.onnx [--plan PLAN.json]: median latency of the tuned plan and of each
-// single-backend plan, measured side by side (interleaved rounds), and the predicted one.
+// collage bench MODEL.onnx [--plan PLAN.json]: median latency of the tuned plan (and, when it
+// runs steps concurrently, of the same placement run sequentially) and of each single-backend
+// plan, measured side by side (interleaved rounds), and the predicted one.
 // --json FILE also writes them (and every sample) for scripts such as bench/run.sh.
 #include <fmt/core.h>
 
@@ -19,6 +20,9 @@
 namespace collage::cli {
 namespace {
 
+// The tuned plan's placement without its schedule (tune's table uses the same name).
+constexpr const char* kSequentialName = "tuned-sequential";
+
 struct BenchOptions {
   ModelOptions model;
   std::string plan_path, json_path;
@@ -37,6 +41,15 @@ int bench(const BenchOptions& o) {
     predicted = plan.predicted_ms;
     sessions.emplace_back(graph, plan, base);
     names.push_back("tuned");
+    // A plan with concurrent stages is also timed one step after another (the same kernels
+    // built for the plan's whole thread count): what the schedule itself buys.
+    if (std::any_of(plan.groups.begin(), plan.groups.end(),
+                    [](const PlanGroup& g) { return g.lane > 0; })) {
+      Plan sequential = plan;
+      for (PlanGroup& g : sequential.groups) g.stage = g.lane = g.threads = 0;
+      sessions.emplace_back(graph, sequential, base);
+      names.push_back(kSequentialName);
+    }
   }
   for (Backend* b : BackendRegistry::global().all()) {
     if (BackendRegistry::global().is_fallback(*b) || !b->available()) continue;
@@ -58,7 +71,8 @@ int bench(const BenchOptions& o) {
   for (int w = 0; w < std::max(1, o.warmup); ++w)
     for (size_t i = 0; i < sessions.size(); ++i) warm[i] = time_run(sessions[i]);
   std::vector<bool> must(sessions.size());
-  for (size_t i = 0; i < sessions.size(); ++i) must[i] = names[i] == "tuned";
+  for (size_t i = 0; i < sessions.size(); ++i)
+    must[i] = names[i] == "tuned" || names[i] == kSequentialName;
   const std::vector<bool> timed = worth_timing(warm, must);
   std::vector<std::function<void()>> runs;
   std::vector<size_t> timed_index;
