@@ -1,0 +1,282 @@
+// cuda-gen: the code generator and the NVRTC cache are tested here on any machine (NVRTC
+// needs no GPU: every generated region must compile to a cubin); the kernels' results need a
+// device and skip without one.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "backends/cuda_gen/codegen.h"
+#include "backends/cuda_gen/nvrtc_compiler.h"
+#include "unit/gpu_test_util.h"
+
+namespace collage {
+namespace {
+
+using testing::GraphBuilder;
+
+Attribute ints(std::vector<int64_t> v) {
+  Attribute a;
+  a.type = Attribute::Type::kInts;
+  a.ints = std::move(v);
+  return a;
+}
+Attribute int_attr(int64_t v) {
+  Attribute a;
+  a.type = Attribute::Type::kInt;
+  a.i = v;
+  return a;
+}
+Attribute float_attr(float v) {
+  Attribute a;
+  a.type = Attribute::Type::kFloat;
+  a.f = v;
+  return a;
+}
+
+// The regions the generator exists for, as exporters write them.
+struct Region {
+  std::string name;
+  Graph graph;
+  bool rows;  // whether it needs the row (reduction) kernel
+};
+
+Graph gelu_erf() {
+  GraphBuilder b(13);
+  ValueId x = b.input("x", DType::kFloat32, {2, 64, 3072});
+  ValueId d = b.add1("Div", {x, b.constant("sqrt2", Tensor::scalar(1.41421356f))});
+  ValueId e = b.add1("Add", {b.add1("Erf", {d}), b.constant("one", Tensor::scalar(1.0f))});
+  b.output(b.add1("Mul", {b.add1("Mul", {x, e}), b.constant("half", Tensor::scalar(0.5f))}));
+  return b.finish();
+}
+
+Graph layer_norm_decomposed() {
+  GraphBuilder b(13);
+  ValueId x = b.input("x", DType::kFloat32, {1, 128, 768});
+  ValueId mean = b.add1("ReduceMean", {x}, {{"axes", ints({-1})}});
+  ValueId d = b.add1("Sub", {x, mean});
+  ValueId var = b.add1("ReduceMean", {b.add1("Pow", {d, b.constant("two", Tensor::scalar(2.0f))})},
+                       {{"axes", ints({-1})}});
+  ValueId den = b.add1("Sqrt", {b.add1("Add", {var, b.constant("eps", Tensor::scalar(1e-5f))})});
+  ValueId y = b.add1("Div", {d, den});
+  y = b.add1("Mul", {y, b.random_constant("gamma", {768})});
+  b.output(b.add1("Add", {y, b.random_constant("beta", {768})}));
+  return b.finish();
+}
+
+Graph layer_norm_op() {
+  GraphBuilder b(17);
+  ValueId x = b.input("x", DType::kFloat32, {1, 197, 768});
+  b.output(b.add1("LayerNormalization",
+                  {x, b.random_constant("scale", {768}), b.random_constant("bias", {768})},
+                  {{"epsilon", float_attr(1e-6f)}}));
+  return b.finish();
+}
+
+Graph attention_softmax() {
+  GraphBuilder b(13);
+  ValueId s = b.input("scores", DType::kFloat32, {1, 12, 128, 128});
+  ValueId scaled = b.add1("Div", {s, b.constant("scale", Tensor::scalar(8.0f))});
+  ValueId masked = b.add1("Add", {scaled, b.input("mask", DType::kFloat32, {1, 1, 1, 128})});
+  b.output(b.add1("Softmax", {masked}, {{"axis", int_attr(-1)}}));
+  return b.finish();
+}
+
+Graph causal_softmax() {
+  GraphBuilder b(13);
+  ValueId s = b.input("scores", DType::kFloat32, {1, 12, 64, 64});
+  std::vector<bool> tril(64 * 64);
+  Tensor mask(DType::kBool, {1, 1, 64, 64});
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < 64; ++j) mask.data<bool>()[i * 64 + j] = j <= i;
+  ValueId w = b.add1("Where", {b.constant("causal", mask), s,
+                               b.constant("min", Tensor::scalar(-3.4028234663852886e38f))});
+  b.output(b.add1("Softmax", {w}, {{"axis", int_attr(-1)}}));
+  return b.finish();
+}
+
+Graph bias_relu_two_outputs() {
+  GraphBuilder b(13);
+  ValueId x = b.input("x", DType::kFloat32, {2, 3, 4, 5});
+  ValueId a = b.add1("Add", {x, b.random_constant("bias", {3, 1, 1})});
+  ValueId s = b.add1("Sigmoid", {a});
+  b.output(s);
+  b.output(b.add1("Mul", {b.add1("Clip", {a, b.constant("lo", Tensor::scalar(-0.5f)),
+                                          b.constant("hi", Tensor::scalar(0.5f))}),
+                          s}));
+  return b.finish();
+}
+
+Graph row_max_and_sum() {
+  GraphBuilder b(13);
+  ValueId x = b.input("x", DType::kFloat32, {7, 33});
+  ValueId m = b.add1("ReduceMax", {x}, {{"axes", ints({1})}});
+  ValueId l = b.add1("LeakyRelu", {b.add1("Sub", {x, m})}, {{"alpha", float_attr(0.1f)}});
+  b.output(b.add1("ReduceSum", {l, b.constant("axes", Tensor::from_vector<int64_t>({1}, {-1}))}));
+  b.output(l);
+  return b.finish();
+}
+
+std::vector<Region> regions() {
+  std::vector<Region> r;
+  r.push_back({"gelu (erf)", gelu_erf(), false});
+  r.push_back({"layer norm, decomposed", layer_norm_decomposed(), true});
+  r.push_back({"LayerNormalization", layer_norm_op(), true});
+  r.push_back({"attention scale + mask + softmax", attention_softmax(), true});
+  r.push_back({"causal Where + softmax", causal_softmax(), true});
+  r.push_back({"broadcast bias, two outputs", bias_relu_two_outputs(), false});
+  r.push_back({"row max, sum, two outputs", row_max_and_sum(), true});
+  return r;
+}
+
+TEST(CudaGen, EveryRegionCompilesWithNvrtc) {
+  for (const Region& region : regions()) {
+    SCOPED_TRACE(region.name);
+    cuda_gen::GeneratedKernel k = cuda_gen::generate(region.graph);
+    EXPECT_EQ(k.row_kernel, region.rows);
+    EXPECT_NE(k.source.find(cuda_gen::kEntry), std::string::npos);
+    // One parameter per input and output at least (constants may add more).
+    EXPECT_GE(k.params.size(), region.graph.inputs.size() + region.graph.outputs.size());
+    for (int arch : {80, 90}) {
+      std::shared_ptr<const std::string> cubin;
+      ASSERT_NO_THROW(cubin = cuda_gen::compile_cubin(k.source, arch)) << k.source;
+      ASSERT_GT(cubin->size(), 4u);
+      EXPECT_EQ(cubin->compare(0, 4,
+                               "\x7f"
+                               "ELF"),
+                0)
+          << "not a cubin";
+    }
+  }
+}
+
+TEST(CudaGen, BrokenSourceReportsNvrtcsLog) {
+  try {
+    cuda_gen::compile_cubin("extern \"C\" __global__ void collage_gen() { undefined_thing(); }",
+                            90);
+    FAIL() << "compiled";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBackend);
+    EXPECT_NE(std::string(e.what()).find("undefined_thing"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaGen, RefusesWhatItsKernelModelCannotRun) {
+  auto expect_refused = [](const Graph& g, const std::string& needle) {
+    try {
+      cuda_gen::generate(g);
+      ADD_FAILURE() << "generated: " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  {
+    GraphBuilder b(13);
+    ValueId x = b.input("x", DType::kFloat32, {4, 8});
+    b.output(b.add1("ReduceSum", {x, b.constant("axes", Tensor::from_vector<int64_t>({1}, {0}))}));
+    expect_refused(b.finish(), "only the last");
+  }
+  {
+    GraphBuilder b(13);
+    ValueId x = b.input("x", DType::kFloat32, {4, 8});
+    b.output(b.add1("ReduceMean", {x}, {{"axes", ints({1})}, {"keepdims", int_attr(0)}}));
+    expect_refused(b.finish(), "keepdims");
+  }
+  {
+    GraphBuilder b(13);
+    ValueId x = b.input("x", DType::kInt64, {4});
+    b.output(b.add1("Add", {x, x}));
+    expect_refused(b.finish(), "int64");
+  }
+  {
+    GraphBuilder b(13);
+    ValueId x = b.input("x", DType::kFloat32, {4, 8});
+    b.output(b.add1("MatMul", {x, b.random_constant("w", {8, 2})}));
+    expect_refused(b.finish(), "MatMul");
+  }
+  {
+    // Rows of 8 read together with a reduction over rows of 5: no one row length.
+    GraphBuilder b(13);
+    ValueId x = b.input("x", DType::kFloat32, {8, 1});
+    ValueId y = b.input("y", DType::kFloat32, {1, 5});
+    ValueId s = b.add1("Add", {x, y});
+    b.output(b.add1("ReduceSum", {b.input("z", DType::kFloat32, {8, 3})}, {{"axes", ints({-1})}}));
+    b.output(s);
+    expect_refused(b.finish(), "does not broadcast");
+  }
+}
+
+TEST(CudaGen, CacheServesTheSecondCompileFromDisk) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("collage-cuda-gen-test-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const char* old = std::getenv("COLLAGE_CACHE_DIR");
+  const std::string saved = old ? old : "";
+  setenv("COLLAGE_CACHE_DIR", dir.c_str(), 1);
+  // A shape no other test uses: new to this process.
+  GraphBuilder b(13);
+  ValueId x = b.input("x", DType::kFloat32, {3, 1777});
+  b.output(b.add1("Tanh", {b.add1("Mul", {x, b.constant("k", Tensor::scalar(3.0f))})}));
+  const std::string source = cuda_gen::generate(b.finish()).source;
+  auto cubins = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(dir / "cuda-gen"))
+      n += e.path().extension() == ".cubin";
+    return n;
+  };
+  const cuda_gen::CompileStats before = cuda_gen::compile_stats();
+  auto first = cuda_gen::compile_cubin(source, 90);
+  EXPECT_EQ(cuda_gen::compile_stats().compiles, before.compiles + 1);
+  EXPECT_EQ(cubins(), 1);
+  EXPECT_EQ(cuda_gen::cache_dir(), (dir / "cuda-gen").string());
+  // From memory.
+  cuda_gen::compile_cubin(source, 90);
+  EXPECT_EQ(cuda_gen::compile_stats().memory_hits, before.memory_hits + 1);
+  // From disk once the process forgets it: the same bytes, no compile.
+  cuda_gen::clear_memory_cache();
+  auto second = cuda_gen::compile_cubin(source, 90);
+  EXPECT_EQ(cuda_gen::compile_stats().disk_hits, before.disk_hits + 1);
+  EXPECT_EQ(cuda_gen::compile_stats().compiles, before.compiles + 1);
+  EXPECT_EQ(*first, *second);
+  // Another architecture is another kernel.
+  cuda_gen::compile_cubin(source, 80);
+  EXPECT_EQ(cubins(), 2);
+  // A damaged file is rebuilt, not loaded.
+  for (const auto& e : fs::directory_iterator(dir / "cuda-gen"))
+    if (e.path().extension() == ".cubin") std::ofstream(e.path()) << "garbage";
+  cuda_gen::clear_memory_cache();
+  auto rebuilt = cuda_gen::compile_cubin(source, 90);
+  EXPECT_EQ(*rebuilt, *first);
+  EXPECT_EQ(cuda_gen::compile_stats().compiles, before.compiles + 3);
+  if (old)
+    setenv("COLLAGE_CACHE_DIR", saved.c_str(), 1);
+  else
+    unsetenv("COLLAGE_CACHE_DIR");
+  fs::remove_all(dir);
+}
+
+TEST(CudaGen, ProposesRegionsAndLoneOps) {
+  Backend& gen = BackendRegistry::global().get("cuda-gen");
+  EXPECT_NE(gen.device(), nullptr);
+  const Graph g = layer_norm_decomposed();
+  bool whole = false, lone_sqrt = false;
+  for (const Match& m : find_matches(g, gen)) {
+    whole = whole || m.nodes.size() == g.num_nodes();
+    lone_sqrt = lone_sqrt || (m.nodes.size() == 1 && g.node(m.nodes[0]).op_type == "Sqrt");
+  }
+  EXPECT_TRUE(whole);
+  EXPECT_TRUE(lone_sqrt);
+}
+
+// On a device: every region computes what reference does.
+TEST(CudaGenDevice, RegionsLikeReference) {
+  COLLAGE_SKIP_WITHOUT_GPU("cuda-gen");
+  for (const Region& region : regions())
+    testing::expect_gpu_like_reference("cuda-gen", region.graph, region.name);
+}
+
+}  // namespace
+}  // namespace collage
