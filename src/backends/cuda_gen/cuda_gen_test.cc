@@ -1,8 +1,12 @@
 // cuda-gen: the code generator and the NVRTC cache are tested here on any machine (NVRTC
 // needs no GPU: every generated region must compile to a cubin); the kernels' results need a
 // device and skip without one.
+#include <dlfcn.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include <filesystem>
 #include <fstream>
@@ -42,54 +46,57 @@ struct Region {
   bool rows;  // whether it needs the row (reduction) kernel
 };
 
-Graph gelu_erf() {
+Graph gelu_erf(bool small) {
   GraphBuilder b(13);
-  ValueId x = b.input("x", DType::kFloat32, {2, 64, 3072});
+  ValueId x = b.input("x", DType::kFloat32, {2, small ? 5 : 64, small ? 48 : 3072});
   ValueId d = b.add1("Div", {x, b.constant("sqrt2", Tensor::scalar(1.41421356f))});
   ValueId e = b.add1("Add", {b.add1("Erf", {d}), b.constant("one", Tensor::scalar(1.0f))});
   b.output(b.add1("Mul", {b.add1("Mul", {x, e}), b.constant("half", Tensor::scalar(0.5f))}));
   return b.finish();
 }
 
-Graph layer_norm_decomposed() {
+Graph layer_norm_decomposed(bool small) {
   GraphBuilder b(13);
-  ValueId x = b.input("x", DType::kFloat32, {1, 128, 768});
+  const int64_t c = small ? 40 : 768;
+  ValueId x = b.input("x", DType::kFloat32, {1, small ? 6 : 128, c});
   ValueId mean = b.add1("ReduceMean", {x}, {{"axes", ints({-1})}});
   ValueId d = b.add1("Sub", {x, mean});
   ValueId var = b.add1("ReduceMean", {b.add1("Pow", {d, b.constant("two", Tensor::scalar(2.0f))})},
                        {{"axes", ints({-1})}});
   ValueId den = b.add1("Sqrt", {b.add1("Add", {var, b.constant("eps", Tensor::scalar(1e-5f))})});
   ValueId y = b.add1("Div", {d, den});
-  y = b.add1("Mul", {y, b.random_constant("gamma", {768})});
-  b.output(b.add1("Add", {y, b.random_constant("beta", {768})}));
+  y = b.add1("Mul", {y, b.random_constant("gamma", {c})});
+  b.output(b.add1("Add", {y, b.random_constant("beta", {c})}));
   return b.finish();
 }
 
-Graph layer_norm_op() {
+Graph layer_norm_op(bool small) {
   GraphBuilder b(17);
-  ValueId x = b.input("x", DType::kFloat32, {1, 197, 768});
+  const int64_t c = small ? 300 : 768;
+  ValueId x = b.input("x", DType::kFloat32, {1, small ? 3 : 197, c});
   b.output(b.add1("LayerNormalization",
-                  {x, b.random_constant("scale", {768}), b.random_constant("bias", {768})},
+                  {x, b.random_constant("scale", {c}), b.random_constant("bias", {c})},
                   {{"epsilon", float_attr(1e-6f)}}));
   return b.finish();
 }
 
-Graph attention_softmax() {
+Graph attention_softmax(bool small) {
   GraphBuilder b(13);
-  ValueId s = b.input("scores", DType::kFloat32, {1, 12, 128, 128});
+  const int64_t t = small ? 24 : 128;
+  ValueId s = b.input("scores", DType::kFloat32, {1, small ? 2 : 12, t, t});
   ValueId scaled = b.add1("Div", {s, b.constant("scale", Tensor::scalar(8.0f))});
-  ValueId masked = b.add1("Add", {scaled, b.input("mask", DType::kFloat32, {1, 1, 1, 128})});
+  ValueId masked = b.add1("Add", {scaled, b.input("mask", DType::kFloat32, {1, 1, 1, t})});
   b.output(b.add1("Softmax", {masked}, {{"axis", int_attr(-1)}}));
   return b.finish();
 }
 
-Graph causal_softmax() {
+Graph causal_softmax(bool small) {
   GraphBuilder b(13);
-  ValueId s = b.input("scores", DType::kFloat32, {1, 12, 64, 64});
-  std::vector<bool> tril(64 * 64);
-  Tensor mask(DType::kBool, {1, 1, 64, 64});
-  for (int i = 0; i < 64; ++i)
-    for (int j = 0; j < 64; ++j) mask.data<bool>()[i * 64 + j] = j <= i;
+  const int64_t t = small ? 9 : 64;
+  ValueId s = b.input("scores", DType::kFloat32, {1, small ? 2 : 12, t, t});
+  Tensor mask(DType::kBool, {1, 1, t, t});
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t j = 0; j < t; ++j) mask.data<bool>()[i * t + j] = j <= i;
   ValueId w = b.add1("Where", {b.constant("causal", mask), s,
                                b.constant("min", Tensor::scalar(-3.4028234663852886e38f))});
   b.output(b.add1("Softmax", {w}, {{"axis", int_attr(-1)}}));
@@ -118,13 +125,14 @@ Graph row_max_and_sum() {
   return b.finish();
 }
 
-std::vector<Region> regions() {
+// `small`: sizes the host emulation runs in a moment (every CUDA thread is an OS thread).
+std::vector<Region> regions(bool small = false) {
   std::vector<Region> r;
-  r.push_back({"gelu (erf)", gelu_erf(), false});
-  r.push_back({"layer norm, decomposed", layer_norm_decomposed(), true});
-  r.push_back({"LayerNormalization", layer_norm_op(), true});
-  r.push_back({"attention scale + mask + softmax", attention_softmax(), true});
-  r.push_back({"causal Where + softmax", causal_softmax(), true});
+  r.push_back({"gelu (erf)", gelu_erf(small), false});
+  r.push_back({"layer norm, decomposed", layer_norm_decomposed(small), true});
+  r.push_back({"LayerNormalization", layer_norm_op(small), true});
+  r.push_back({"attention scale + mask + softmax", attention_softmax(small), true});
+  r.push_back({"causal Where + softmax", causal_softmax(small), true});
   r.push_back({"broadcast bias, two outputs", bias_relu_two_outputs(), false});
   r.push_back({"row max, sum, two outputs", row_max_and_sum(), true});
   return r;
@@ -261,7 +269,7 @@ TEST(CudaGen, CacheServesTheSecondCompileFromDisk) {
 TEST(CudaGen, ProposesRegionsAndLoneOps) {
   Backend& gen = BackendRegistry::global().get("cuda-gen");
   EXPECT_NE(gen.device(), nullptr);
-  const Graph g = layer_norm_decomposed();
+  const Graph g = layer_norm_decomposed(false);
   bool whole = false, lone_sqrt = false;
   for (const Match& m : find_matches(g, gen)) {
     whole = whole || m.nodes.size() == g.num_nodes();
@@ -269,6 +277,140 @@ TEST(CudaGen, ProposesRegionsAndLoneOps) {
   }
   EXPECT_TRUE(whole);
   EXPECT_TRUE(lone_sqrt);
+}
+
+// The generated kernels' arithmetic, without a GPU: the source is compiled by the host's C++
+// compiler with a few lines standing in for CUDA's built-ins (threadIdx, blockIdx,
+// __syncthreads as a barrier across one OS thread per CUDA thread, __shared__ as storage the
+// block's threads share), and run block after block. Not a model of the GPU: it executes the
+// generator's own index arithmetic, reductions and expressions, which is what these tests are
+// for. The device tests below run the same regions through NVRTC on a GPU.
+constexpr const char* kHostShim = R"(#include <math.h>
+#include <barrier>
+#include <cstring>
+#include <thread>
+#include <utility>
+#include <vector>
+struct CollageDim3 { unsigned x = 0, y = 0, z = 0; };
+static thread_local CollageDim3 threadIdx, blockIdx;
+static CollageDim3 blockDim, gridDim;
+static std::barrier<>* collage_barrier;
+#define __global__
+#define __launch_bounds__(n)
+#define __restrict__ __restrict
+#define __shared__ static
+static inline void __syncthreads() { collage_barrier->arrive_and_wait(); }
+static inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+)";
+
+// One launcher per kernel; COLLAGE_ID names them apart.
+constexpr const char* kHostLauncher = R"(
+extern "C" void COLLAGE_LAUNCH(void** args, unsigned grid, unsigned block) {
+  gridDim.x = grid;
+  blockDim.x = block;
+  std::barrier<> sync(block);
+  collage_barrier = &sync;
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < block; ++t)
+    threads.emplace_back([&, t] {
+      threadIdx.x = t;
+      for (unsigned b = 0; b < grid; ++b) {
+        blockIdx.x = b;
+        collage_call(&COLLAGE_KERNEL, args, std::make_index_sequence<COLLAGE_ARITY>());
+        sync.arrive_and_wait();
+      }
+    });
+  for (auto& t : threads) t.join();
+}
+)";
+
+constexpr const char* kHostCall = R"(
+template <class... P, size_t... I>
+static void collage_call(void (*f)(P...), void** a, std::index_sequence<I...>) {
+  f(static_cast<P>(a[I])...);
+}
+)";
+
+// Compiles every kernel into one host library (one compiler run) and runs kernel i on its
+// region's inputs; returns each region's outputs.
+std::vector<std::vector<Tensor>> run_on_host(const std::vector<Region>& regions,
+                                             const std::vector<cuda_gen::GeneratedKernel>& ks,
+                                             const std::vector<std::vector<Tensor>>& inputs) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / fmt::format("collage-cuda-gen-host-{}", getpid());
+  fs::create_directories(dir);
+  {
+    std::ofstream src(dir / "k.cc");
+    src << kHostShim << kHostCall;
+    for (size_t i = 0; i < ks.size(); ++i) {
+      std::string source = ks[i].source;
+      const std::string entry = cuda_gen::kEntry;
+      source.replace(source.find(entry), entry.size(), fmt::format("collage_gen_{}", i));
+      src << source
+          << fmt::format(
+                 "#define COLLAGE_ARITY {}\n#define COLLAGE_KERNEL collage_gen_{}\n"
+                 "#define COLLAGE_LAUNCH collage_launch_{}\n",
+                 ks[i].params.size(), i, i)
+          << kHostLauncher
+          << "#undef COLLAGE_ARITY\n#undef COLLAGE_KERNEL\n#undef COLLAGE_LAUNCH\n";
+    }
+  }
+  const std::string cmd = fmt::format("c++ -O1 -std=c++20 -shared -fPIC -pthread -o {} {} 2>&1",
+                                      (dir / "k.so").string(), (dir / "k.cc").string());
+  std::vector<std::vector<Tensor>> results;
+  if (std::system(cmd.c_str()) != 0) {
+    ADD_FAILURE() << "host compile failed: " << cmd;
+    return results;
+  }
+  void* lib = dlopen((dir / "k.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  EXPECT_NE(lib, nullptr) << dlerror();
+  if (!lib) return results;
+  for (size_t i = 0; i < ks.size(); ++i) {
+    const Graph& g = regions[i].graph;
+    using Launch = void (*)(void**, unsigned, unsigned);
+    auto launch = reinterpret_cast<Launch>(dlsym(lib, fmt::format("collage_launch_{}", i).c_str()));
+    std::vector<Tensor> outputs;
+    for (ValueId v : g.outputs) outputs.emplace_back(g.value(v).dtype, g.value(v).shape);
+    std::vector<void*> args;
+    for (const cuda_gen::KernelParam& p : ks[i].params) {
+      switch (p.kind) {
+        case cuda_gen::KernelParam::Kind::kInput:
+          args.push_back(inputs[i][p.index].raw());
+          break;
+        case cuda_gen::KernelParam::Kind::kConstant:
+          args.push_back(ks[i].constants[p.index].raw());
+          break;
+        case cuda_gen::KernelParam::Kind::kOutput:
+          args.push_back(outputs[p.index].raw());
+          break;
+      }
+    }
+    // A few blocks: the grid-stride loops must cover everything whatever the grid.
+    launch(args.data(), 3, static_cast<unsigned>(ks[i].block));
+    results.push_back(std::move(outputs));
+  }
+  dlclose(lib);
+  fs::remove_all(dir);
+  return results;
+}
+
+TEST(CudaGen, GeneratedKernelsComputeLikeReferenceOnTheHost) {
+  const std::vector<Region> small = regions(true);
+  std::vector<cuda_gen::GeneratedKernel> kernels;
+  std::vector<std::vector<Tensor>> inputs;
+  for (const Region& region : small) {
+    kernels.push_back(cuda_gen::generate(region.graph));
+    inputs.push_back(random_inputs(region.graph, 11));
+  }
+  std::vector<std::vector<Tensor>> got = run_on_host(small, kernels, inputs);
+  ASSERT_EQ(got.size(), small.size());
+  for (size_t i = 0; i < small.size(); ++i) {
+    SCOPED_TRACE(small[i].name);
+    Session reference(small[i].graph, SessionOptions{});
+    EXPECT_LE(testing::tolerance_ratio(got[i], reference.run(inputs[i]), 1e-4, 1e-5), 1.0);
+  }
 }
 
 // On a device: every region computes what reference does.
