@@ -14,30 +14,15 @@
 #include "backends/cuda_gen/codegen.h"
 #include "backends/cuda_gen/nvrtc_compiler.h"
 #include "unit/gpu_test_util.h"
+#include "unit/op_test_util.h"
 
 namespace collage {
 namespace {
 
+using testing::attr_f;
+using testing::attr_i;
+using testing::attr_ints;
 using testing::GraphBuilder;
-
-Attribute ints(std::vector<int64_t> v) {
-  Attribute a;
-  a.type = Attribute::Type::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-Attribute int_attr(int64_t v) {
-  Attribute a;
-  a.type = Attribute::Type::kInt;
-  a.i = v;
-  return a;
-}
-Attribute float_attr(float v) {
-  Attribute a;
-  a.type = Attribute::Type::kFloat;
-  a.f = v;
-  return a;
-}
 
 // The regions the generator exists for, as exporters write them.
 struct Region {
@@ -59,10 +44,10 @@ Graph layer_norm_decomposed(bool small) {
   GraphBuilder b(13);
   const int64_t c = small ? 40 : 768;
   ValueId x = b.input("x", DType::kFloat32, {1, small ? 6 : 128, c});
-  ValueId mean = b.add1("ReduceMean", {x}, {{"axes", ints({-1})}});
+  ValueId mean = b.add1("ReduceMean", {x}, {{"axes", attr_ints({-1})}});
   ValueId d = b.add1("Sub", {x, mean});
   ValueId var = b.add1("ReduceMean", {b.add1("Pow", {d, b.constant("two", Tensor::scalar(2.0f))})},
-                       {{"axes", ints({-1})}});
+                       {{"axes", attr_ints({-1})}});
   ValueId den = b.add1("Sqrt", {b.add1("Add", {var, b.constant("eps", Tensor::scalar(1e-5f))})});
   ValueId y = b.add1("Div", {d, den});
   y = b.add1("Mul", {y, b.random_constant("gamma", {c})});
@@ -76,7 +61,7 @@ Graph layer_norm_op(bool small) {
   ValueId x = b.input("x", DType::kFloat32, {1, small ? 3 : 197, c});
   b.output(b.add1("LayerNormalization",
                   {x, b.random_constant("scale", {c}), b.random_constant("bias", {c})},
-                  {{"epsilon", float_attr(1e-6f)}}));
+                  {{"epsilon", attr_f(1e-6f)}}));
   return b.finish();
 }
 
@@ -86,7 +71,7 @@ Graph attention_softmax(bool small) {
   ValueId s = b.input("scores", DType::kFloat32, {1, small ? 2 : 12, t, t});
   ValueId scaled = b.add1("Div", {s, b.constant("scale", Tensor::scalar(8.0f))});
   ValueId masked = b.add1("Add", {scaled, b.input("mask", DType::kFloat32, {1, 1, 1, t})});
-  b.output(b.add1("Softmax", {masked}, {{"axis", int_attr(-1)}}));
+  b.output(b.add1("Softmax", {masked}, {{"axis", attr_i(-1)}}));
   return b.finish();
 }
 
@@ -99,7 +84,7 @@ Graph causal_softmax(bool small) {
     for (int64_t j = 0; j < t; ++j) mask.data<bool>()[i * t + j] = j <= i;
   ValueId w = b.add1("Where", {b.constant("causal", mask), s,
                                b.constant("min", Tensor::scalar(-3.4028234663852886e38f))});
-  b.output(b.add1("Softmax", {w}, {{"axis", int_attr(-1)}}));
+  b.output(b.add1("Softmax", {w}, {{"axis", attr_i(-1)}}));
   return b.finish();
 }
 
@@ -118,8 +103,8 @@ Graph bias_relu_two_outputs() {
 Graph row_max_and_sum() {
   GraphBuilder b(13);
   ValueId x = b.input("x", DType::kFloat32, {7, 33});
-  ValueId m = b.add1("ReduceMax", {x}, {{"axes", ints({1})}});
-  ValueId l = b.add1("LeakyRelu", {b.add1("Sub", {x, m})}, {{"alpha", float_attr(0.1f)}});
+  ValueId m = b.add1("ReduceMax", {x}, {{"axes", attr_ints({1})}});
+  ValueId l = b.add1("LeakyRelu", {b.add1("Sub", {x, m})}, {{"alpha", attr_f(0.1f)}});
   b.output(b.add1("ReduceSum", {l, b.constant("axes", Tensor::from_vector<int64_t>({1}, {-1}))}));
   b.output(l);
   return b.finish();
@@ -189,7 +174,7 @@ TEST(CudaGen, RefusesWhatItsKernelModelCannotRun) {
   {
     GraphBuilder b(13);
     ValueId x = b.input("x", DType::kFloat32, {4, 8});
-    b.output(b.add1("ReduceMean", {x}, {{"axes", ints({1})}, {"keepdims", int_attr(0)}}));
+    b.output(b.add1("ReduceMean", {x}, {{"axes", attr_ints({1})}, {"keepdims", attr_i(0)}}));
     expect_refused(b.finish(), "keepdims");
   }
   {
@@ -210,7 +195,8 @@ TEST(CudaGen, RefusesWhatItsKernelModelCannotRun) {
     ValueId x = b.input("x", DType::kFloat32, {8, 1});
     ValueId y = b.input("y", DType::kFloat32, {1, 5});
     ValueId s = b.add1("Add", {x, y});
-    b.output(b.add1("ReduceSum", {b.input("z", DType::kFloat32, {8, 3})}, {{"axes", ints({-1})}}));
+    b.output(
+        b.add1("ReduceSum", {b.input("z", DType::kFloat32, {8, 3})}, {{"axes", attr_ints({-1})}}));
     b.output(s);
     expect_refused(b.finish(), "does not broadcast");
   }

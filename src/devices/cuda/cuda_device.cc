@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "collage/error.h"
 
 namespace collage::cuda {
@@ -105,6 +107,14 @@ void CudaDevice::copy_to_host(void* host_dst, const void* device_src, size_t byt
 void CudaDevice::synchronize() {
   require_available();
   check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+}
+
+bool CudaDevice::tf32() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("COLLAGE_CUDA_TF32");
+    return v && std::string(v) == "1";
+  }();
+  return allowed;
 }
 
 cudaStream_t CudaDevice::stream() const {

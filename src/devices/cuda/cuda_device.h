@@ -48,6 +48,10 @@ class CudaDevice : public Device {
   // Compute capability as major * 10 + minor (90 for sm_90); needs available().
   int compute_capability() const { return compute_capability_; }
   const cudaDeviceProp& properties() const { return properties_; }
+  // Whether float32 matrix products may use TF32 tensor cores (10-bit mantissas): only when
+  // COLLAGE_CUDA_TF32=1. Off by default: results then match float32 references; the backends
+  // that honour it (cudnn, cublas) name it in their version, so the two are costed apart.
+  static bool tf32();
 
  private:
   CudaDevice() = default;
