@@ -10,12 +10,15 @@
 #include "collage/session.h"
 #include "graph_builder.h"
 #include "host_memory_device.h"
+#include "plan/hardware.h"
 #include "runtime/device_buffers.h"
 #include "runtime/executor.h"
 #include "runtime/partitioner.h"
+#include "search/cost_db.h"
 #include "search/cost_model.h"
 #include "search/measure.h"
 #include "search/op_level_search.h"
+#include "search/plan_records.h"
 
 namespace collage {
 namespace {
@@ -240,6 +243,39 @@ TEST_F(DeviceTest, MeasuringACopyUsesTheDevice) {
   EXPECT_GT(device.to_device, 0);
   EXPECT_GT(device.to_host, 0);
   EXPECT_EQ(device.live_blocks(), 0u);
+}
+
+TEST_F(DeviceTest, FingerprintNamesTheDeviceOnlyWhereOneIsUsed) {
+  const Hardware machine = this_machine(2);
+  EXPECT_EQ(with_devices(machine, {}).fingerprint(), machine.fingerprint());
+  EXPECT_EQ(with_devices(machine, {nullptr}).fingerprint(), machine.fingerprint());
+  const std::string with = with_devices(machine, {&device, &device}).fingerprint();
+  EXPECT_NE(with.find(machine.fingerprint()), std::string::npos);
+  EXPECT_NE(with.find("test device (host memory)"), std::string::npos);
+  EXPECT_EQ(with.find("test device (host memory); test device"), std::string::npos) << "once";
+
+  GraphBuilder gb;
+  ValueId x = gb.input("x", DType::kFloat32, {4});
+  ValueId a = gb.add1("Relu", {x});
+  ValueId b = gb.add1("Sigmoid", {a});
+  gb.output(b);
+  Graph g = gb.finish();
+  const Placement host_only = {on_host(0), on_host(1)};
+  const Placement mixed = {on_host(0), on_device({1})};
+  // A plan record's key: the CPU's fingerprint alone for a host-only plan, the device's too
+  // for one that uses it.
+  RecordKey h = plan_record_key(g, host_only, "", kPlanFitnessRecord, machine);
+  EXPECT_EQ(h.key, CostDb::make_key(h.text, kPlanFitnessRecord, "", machine.fingerprint()));
+  RecordKey m = plan_record_key(g, mixed, "", kPlanFitnessRecord, machine);
+  EXPECT_NE(m.key, CostDb::make_key(m.text, kPlanFitnessRecord, "", machine.fingerprint()));
+  EXPECT_EQ(m.key, CostDb::make_key(m.text, kPlanFitnessRecord, "",
+                                    with_devices(machine, {&device}).fingerprint()));
+  // A kernel's key likewise.
+  Graph sub = extract_subgraph(g, {1});
+  KernelKey k_dev = kernel_key(sub, on_device({1}), machine, 0);
+  Hardware hw = with_devices(machine, {&device});
+  hw.threads = 1;
+  EXPECT_EQ(k_dev.key, CostDb::make_key(k_dev.text, "test-device", "1", hw.fingerprint()));
 }
 
 // Costs per node set and backend, plus a price per copy.
