@@ -8,12 +8,13 @@
 // Inside a region: the parts are chosen greedily (largest match first, the registry's order
 // on ties), its intermediate values live in a device arena of its own planned by liveness,
 // its inputs and outputs are the executor's device buffers. The graph is captured on a
-// private stream (CudaDevice's StreamOverride) at the first run and again whenever the
-// buffers it is given move (an executor's never do), then launched on the device's stream.
+// private stream (CudaDevice's StreamOverride) at the first run with a set of buffers (an
+// executor's never move; a few sets are kept), then launched on the device's stream.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "collage/backend.h"
@@ -74,7 +75,7 @@ class CudaGraphKernel : public Kernel {
       slot_[slotted[i]] = static_cast<std::byte*>(arena_) + plan.offsets[i];
   }
   ~CudaGraphKernel() override {
-    if (exec_) cudaGraphExecDestroy(exec_);
+    for (auto& [bound, exec] : execs_) cudaGraphExecDestroy(exec);
     if (capture_stream_) cudaStreamDestroy(capture_stream_);
     if (arena_) CudaDevice::get().release(arena_);
   }
@@ -83,14 +84,27 @@ class CudaGraphKernel : public Kernel {
     std::vector<void*> bound;
     for (const Tensor& t : inputs) bound.push_back(t.raw());
     for (const Tensor& t : outputs) bound.push_back(t.raw());
-    if (!exec_ || bound != bound_) capture(inputs, outputs, bound);
-    check(cudaGraphLaunch(exec_, CudaDevice::get().stream()), "cuda-graph: cudaGraphLaunch");
+    cudaGraphExec_t exec = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = std::find_if(execs_.begin(), execs_.end(),
+                             [&](const auto& e) { return e.first == bound; });
+      if (it == execs_.end()) {
+        if (execs_.size() == kMaxGraphs) {
+          cudaGraphExecDestroy(execs_.front().second);
+          execs_.erase(execs_.begin());
+        }
+        execs_.emplace_back(bound, capture(inputs, outputs));
+        it = execs_.end() - 1;
+      }
+      exec = it->second;
+    }
+    check(cudaGraphLaunch(exec, CudaDevice::get().stream()), "cuda-graph: cudaGraphLaunch");
   }
 
  private:
   // Records every part's kernel into a graph, reading and writing these buffers.
-  void capture(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
-               const std::vector<void*>& bound) {
+  cudaGraphExec_t capture(std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
     std::vector<Tensor> views(g_.num_values());
     for (size_t i = 0; i < g_.inputs.size(); ++i) views[g_.inputs[i]] = inputs[i];
     for (size_t i = 0; i < g_.outputs.size(); ++i) views[g_.outputs[i]] = outputs[i];
@@ -102,10 +116,6 @@ class CudaGraphKernel : public Kernel {
     if (!capture_stream_)
       check(cudaStreamCreateWithFlags(&capture_stream_, cudaStreamNonBlocking),
             "cuda-graph: cudaStreamCreate");
-    if (exec_) {
-      cudaGraphExecDestroy(exec_);
-      exec_ = nullptr;
-    }
     cudaGraph_t graph = nullptr;
     {
       cuda::StreamOverride on(capture_stream_);
@@ -127,10 +137,11 @@ class CudaGraphKernel : public Kernel {
       }
       check(cudaStreamEndCapture(capture_stream_, &graph), "cuda-graph: cudaStreamEndCapture");
     }
-    cudaError_t status = cudaGraphInstantiate(&exec_, graph, 0);
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     check(status, "cuda-graph: cudaGraphInstantiate");
-    bound_ = bound;
+    return exec;
   }
 
   Graph g_;
@@ -138,8 +149,12 @@ class CudaGraphKernel : public Kernel {
   void* arena_ = nullptr;
   std::vector<std::byte*> slot_;  // by value: its arena slot (intermediates only)
   cudaStream_t capture_stream_ = nullptr;
-  cudaGraphExec_t exec_ = nullptr;
-  std::vector<void*> bound_;  // the buffers the graph was captured with
+  // A graph per set of buffers it was given, the latest kMaxGraphs: the tuner shares one
+  // kernel between the plans it times side by side, each with its own arena, and must not
+  // re-record it at every run.
+  static constexpr size_t kMaxGraphs = 8;
+  std::mutex mutex_;
+  std::vector<std::pair<std::vector<void*>, cudaGraphExec_t>> execs_;
 };
 
 class CudaGraphBackend : public Backend {
