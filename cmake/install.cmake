@@ -7,7 +7,11 @@ include(CMakePackageConfigHelpers)
 
 set(COLLAGE_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/collage)
 
-set_target_properties(collage_core PROPERTIES EXPORT_NAME collage INSTALL_RPATH "$ORIGIN")
+# Libraries outside the system's search path that a backend links (the CUDA toolkit's)
+# are found where the build found them.
+get_property(_core_rpath GLOBAL PROPERTY COLLAGE_CORE_INSTALL_RPATH)
+set_target_properties(collage_core PROPERTIES EXPORT_NAME collage
+                                              INSTALL_RPATH "$ORIGIN;${_core_rpath}")
 set_target_properties(collage PROPERTIES EXPORT_NAME cli
                                          INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
 add_library(collage::collage ALIAS collage_core)

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "collage/device.h"
 #include "collage/graph.h"
 #include "collage/kernel.h"
 #include "collage/pattern.h"
@@ -59,6 +60,13 @@ class Backend {
   virtual std::vector<std::string> details() const { return {}; }
   // False when the backend is built but can't run here (e.g. no GPU): it is then skipped.
   virtual bool available() const { return true; }
+  // Why available() is false, for `collage backends` and `--version` (e.g. "no CUDA device
+  // (cudaGetDeviceCount: ...)").
+  virtual std::string unavailable_reason() const { return "not available on this machine"; }
+  // The device its kernels run on; null (the default) = the host. A device backend's kernels
+  // take and produce tensors in that device's memory (collage/device.h); the runtime copies
+  // values between the host and the device where a placement crosses from one to the other.
+  virtual Device* device() const { return nullptr; }
 
   virtual std::vector<PatternEntry> patterns() const = 0;
   virtual std::vector<FusionRule> fusion_rules() const { return {}; }
@@ -80,7 +88,8 @@ class BackendRegistry {
  public:
   // Bumped whenever Backend/Kernel/Graph change layout: plugins built against another
   // version are refused.
-  static constexpr int kAbiVersion = 2;  // 2: compile() takes CompileOptions
+  // 2: compile() takes CompileOptions; 3: Backend::device() and unavailable_reason().
+  static constexpr int kAbiVersion = 3;
 
   // The process-wide registry, with every built-in backend registered.
   static BackendRegistry& global();

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "bindings.h"
 #include "collage/backend.h"
@@ -21,6 +22,8 @@ namespace {
 struct BackendInfo {
   std::string name, version, kind, threads, color;
   bool available = true;
+  std::string unavailable_reason;     // "" when available
+  std::optional<std::string> device;  // the device its kernels run on; None: the host
   std::vector<std::string> details;
   size_t patterns = 0, fusion_rules = 0;
 };
@@ -38,8 +41,10 @@ std::vector<BackendInfo> backends() {
   std::vector<BackendInfo> out;
   for (Backend* b : BackendRegistry::global().all())
     out.push_back({b->name(), b->version(), backend_kind_name(b->kind()), b->thread_model(),
-                   backend_color(b->name()), b->available(), b->details(), b->patterns().size(),
-                   b->fusion_rules().size()});
+                   backend_color(b->name()), b->available(),
+                   b->available() ? "" : b->unavailable_reason(),
+                   b->device() ? std::optional<std::string>(b->device()->name()) : std::nullopt,
+                   b->details(), b->patterns().size(), b->fusion_rules().size()});
   return out;
 }
 
@@ -71,6 +76,10 @@ void bind_library(py::module_& m) {
       .def_readonly("kind", &BackendInfo::kind, "'op-level' or 'graph-level'")
       .def_readonly("threads", &BackendInfo::threads, "how it uses threads")
       .def_readonly("available", &BackendInfo::available, "False when it cannot run here")
+      .def_readonly("unavailable_reason", &BackendInfo::unavailable_reason,
+                    "why it cannot run here ('' when it can), e.g. no CUDA device")
+      .def_readonly("device", &BackendInfo::device,
+                    "the device its kernels run on ('cuda:0'), None for the host")
       .def_readonly("details", &BackendInfo::details)
       .def_readonly("patterns", &BackendInfo::patterns, "number of patterns it claims")
       .def_readonly("fusion_rules", &BackendInfo::fusion_rules)

@@ -10,7 +10,10 @@ namespace {
 int list_backends(bool verbose) {
   for (Backend* b : BackendRegistry::global().all()) {
     fmt::print("{} {} ({}, threads: {}){}\n", b->name(), b->version(), backend_kind_name(b->kind()),
-               b->thread_model(), b->available() ? "" : " [not available on this machine]");
+               b->thread_model(),
+               b->available() ? "" : " [not available: " + b->unavailable_reason() + "]");
+    if (Device* device = b->device(); device && b->available())
+      fmt::print("  device: {}\n", device->description());
     for (const std::string& line : b->details()) fmt::print("  {}\n", line);
     std::vector<PatternEntry> patterns = b->patterns();
     std::vector<FusionRule> rules = b->fusion_rules();

@@ -26,7 +26,7 @@ std::string version_text() {
   for (collage::Backend* b : collage::BackendRegistry::global().all())
     text += fmt::format("\n  {:<14} {} ({}{})", b->name(), b->version(),
                         collage::backend_kind_name(b->kind()),
-                        b->available() ? "" : ", not available on this machine");
+                        b->available() ? "" : ", not available: " + b->unavailable_reason());
   return text;
 }
 

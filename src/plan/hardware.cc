@@ -1,7 +1,10 @@
 #include "plan/hardware.h"
 
+#include "collage/device.h"
+
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -9,7 +12,19 @@
 namespace collage {
 
 std::string Hardware::fingerprint() const {
-  return fmt::format("{} | {} | {} threads", cpu_model, isa, threads);
+  std::string line = fmt::format("{} | {} | {} threads", cpu_model, isa, threads);
+  if (!devices.empty()) line += " | " + devices;
+  return line;
+}
+
+Hardware with_devices(Hardware hw, const std::vector<const Device*>& devices) {
+  std::vector<const Device*> seen;
+  for (const Device* d : devices) {
+    if (!d || std::find(seen.begin(), seen.end(), d) != seen.end()) continue;
+    seen.push_back(d);
+    hw.devices += (hw.devices.empty() ? "" : "; ") + d->description();
+  }
+  return hw;
 }
 
 Hardware this_machine(int threads) {

@@ -1,8 +1,10 @@
 // What a measurement depends on besides the subgraph and the backend: the CPU and the
-// thread budget. Costs measured on another machine are never reused.
+// thread budget, and the devices (GPU model, driver) when a device backend is involved.
+// Costs measured on another machine are never reused.
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace collage {
 
@@ -10,9 +12,18 @@ struct Hardware {
   std::string cpu_model;  // /proc/cpuinfo "model name"
   std::string isa;        // the vector extensions that matter: avx2, avx512f, avx512_bf16, ...
   int threads = 0;
-  std::string fingerprint() const;  // one line: model | isa | threads
+  // The devices a measurement used ("" for the host alone): their descriptions, "; "-separated.
+  std::string devices;
+  std::string fingerprint() const;  // one line: model | isa | threads [| devices]
 };
 
+// The CPU alone: a host-only measurement's key stays the same whether or not the machine
+// has a GPU.
 Hardware this_machine(int threads);
+
+class Device;
+// `hw` with `devices` named (null entries and repeats skipped): the machine as a
+// measurement that runs on them sees it.
+Hardware with_devices(Hardware hw, const std::vector<const Device*>& devices);
 
 }  // namespace collage

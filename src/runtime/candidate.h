@@ -26,4 +26,8 @@ struct Candidate {
 // Disjoint candidates; a complete one covers every node of its graph.
 using Placement = std::vector<Candidate>;
 
+// The devices the placement's backends run on, each once, in first-use order (empty for a
+// host-only placement).
+std::vector<const Device*> devices_of(const Placement& placement);
+
 }  // namespace collage

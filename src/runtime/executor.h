@@ -7,6 +7,15 @@
 // workers are made once, with the executor, and wait between runs: a run creates no thread.
 // The memory plan keeps apart every two buffers that can be live at the same time, so
 // concurrent steps never share bytes.
+//
+// Devices: a step whose backend has a device (Backend::device()) reads and writes that
+// device's memory. A value lives where its producer ran (graph inputs and constants on the
+// host) and gets a copy on every other device that reads it, made right before its first
+// reader there (before the whole stage when that reader is in a concurrent stage and the value
+// comes from an earlier one); a graph output computed on a device is copied to the host at
+// the end of the run. Each device has one arena, planned by liveness like the host's and
+// allocated once; constants a device step reads are uploaded once, when the executor is made.
+// A plan without device steps has no copies and no device arena: it runs as before.
 #pragma once
 
 #include <memory>
@@ -21,6 +30,7 @@
 namespace collage {
 
 class LaneWorkers;
+class Device;
 
 struct Step {
   // Shared: the tuner reuses one compiled kernel across the many plans it measures.
@@ -52,15 +62,39 @@ class Executor {
                                    std::vector<StepTiming>& timings);
 
   size_t arena_bytes() const { return arena_bytes_; }
+  // Bytes of `device`'s arena (0 when no step runs on it).
+  size_t device_arena_bytes(const Device* device) const;
+  // Where each value's copies go, in run order, for tests and profiles.
+  struct CopyInfo {
+    ValueId value = kNoValue;
+    const Device* device = nullptr;  // the device copied to or from
+    bool to_host = false;
+    int before_step = -1;       // the step it runs before; -1: at the end of the run
+    bool before_stage = false;  // ahead of the whole (concurrent) stage of before_step
+  };
+  const std::vector<CopyInfo>& copies() const { return copy_info_; }
+  // The tensor a step reads or writes (device memory for a device step).
+  const std::vector<Tensor>& step_input_views(size_t step) const { return step_inputs_[step]; }
+  const std::vector<Tensor>& step_output_views(size_t step) const { return step_outputs_[step]; }
   const std::vector<Step>& steps() const { return steps_; }
   // Largest number of lanes of any stage (1: sequential).
   int max_lanes() const { return max_lanes_; }
 
  private:
+  // One copy between the host and a device, resolved to addresses.
+  struct CopyOp {
+    Device* device = nullptr;
+    bool to_host = false;
+    void* dst = nullptr;
+    const void* src = nullptr;
+    size_t bytes = 0;
+  };
   struct Stage {
     // Step indices per lane, in order.
     std::vector<std::vector<size_t>> lanes;
+    std::vector<CopyOp> copies_before;  // run on the calling thread before the lanes start
   };
+  static void run_copies(const std::vector<CopyOp>& copies);
   void check_inputs(const std::vector<Tensor>& inputs) const;
   void copy_inputs(const std::vector<Tensor>& inputs);
   std::vector<Tensor> output_views() const;
@@ -76,7 +110,17 @@ class Executor {
   std::byte* arena_ = nullptr;
   size_t arena_bytes_ = 0;
   std::unique_ptr<LaneWorkers> workers_;  // null when every stage has one lane
-  double run_start_ = 0;                  // steady-clock ms at the start of a profiled run
+  // Devices (empty for a host-only plan): the device of each step (null = host), each
+  // device's arena, copies before each step and at the end, constants uploaded once.
+  std::vector<Device*> step_device_;
+  std::vector<Device*> devices_;
+  std::vector<void*> device_arenas_;  // parallel to devices_
+  std::vector<size_t> device_arena_bytes_;
+  std::vector<std::vector<CopyOp>> copies_before_step_;
+  std::vector<CopyOp> copies_at_end_;
+  std::vector<std::pair<Device*, void*>> uploaded_constants_;
+  std::vector<CopyInfo> copy_info_;
+  double run_start_ = 0;  // steady-clock ms at the start of a profiled run
 };
 
 }  // namespace collage

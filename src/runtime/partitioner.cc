@@ -179,8 +179,8 @@ ScheduledPlacement placement_from_plan(const Graph& graph, const Plan& plan, int
       fail(ErrorKind::kInvalidArgument, "the plan uses backend '{}', which is not registered",
            pg.backend);
     if (!backend->available())
-      fail(ErrorKind::kInvalidArgument, "the plan uses backend '{}', not available here",
-           pg.backend);
+      fail(ErrorKind::kInvalidArgument, "the plan uses backend '{}', not available here: {}",
+           pg.backend, backend->unavailable_reason());
     if (pg.threads > threads)
       fail(ErrorKind::kInvalidArgument,
            "the plan runs a group of backend '{}' on {} threads, more than the {} this session has",

@@ -17,7 +17,8 @@ std::vector<Step> compile_steps(const Graph& graph, const SessionOptions& option
   BackendRegistry& registry = BackendRegistry::global();
   Backend& backend = options.backend.empty() ? registry.fallback() : registry.get(options.backend);
   if (!backend.available())
-    fail(ErrorKind::kInvalidArgument, "backend '{}' cannot run on this machine", backend.name());
+    fail(ErrorKind::kInvalidArgument, "backend '{}' cannot run on this machine: {}", backend.name(),
+         backend.unavailable_reason());
   std::vector<std::string> refused;
   std::vector<std::shared_ptr<Kernel>> kernels;
   Placement placement = place_on_single_backend(graph, backend, threads, &refused, &kernels);
@@ -49,10 +50,6 @@ Session::Session(Graph graph, const Plan& plan, const SessionOptions& options)
          "this plan was made for another model (plan model hash {}, this model {}); re-run "
          "`collage tune`",
          plan.model_hash, model_hash(*graph_));
-  std::string here = this_machine(threads_).fingerprint();
-  if (!plan.hardware.empty() && plan.hardware != here)
-    spdlog::warn("this plan was tuned on another machine or thread count ({}); this is {}",
-                 plan.hardware, here);
   for (const auto& [name, version] : plan.backend_versions) {
     Backend* b = BackendRegistry::global().find(name);
     if (b && b->version() != version)
@@ -60,6 +57,11 @@ Session::Session(Graph graph, const Plan& plan, const SessionOptions& options)
                    version);
   }
   ScheduledPlacement scheduled = placement_from_plan(*graph_, plan, threads_);
+  std::string here =
+      with_devices(this_machine(threads_), devices_of(scheduled.placement)).fingerprint();
+  if (!plan.hardware.empty() && plan.hardware != here)
+    spdlog::warn("this plan was tuned on another machine or thread count ({}); this is {}",
+                 plan.hardware, here);
   executor_ = std::make_unique<Executor>(
       *graph_, build_steps(*graph_, scheduled.placement, &scheduled.schedule));
 }
@@ -102,7 +104,10 @@ std::vector<std::string> Session::node_backends() const {
 }
 
 Plan Session::plan() const {
-  return plan_of_steps(*graph_, executor_->steps(), threads_, this_machine(threads_).fingerprint());
+  Placement placed;
+  for (const Step& step : executor_->steps()) placed.push_back(step.candidate);
+  return plan_of_steps(*graph_, executor_->steps(), threads_,
+                       with_devices(this_machine(threads_), devices_of(placed)).fingerprint());
 }
 
 std::vector<Tensor> random_inputs(const Graph& graph, uint64_t seed) {

@@ -15,7 +15,8 @@ std::vector<Backend*> select_backends(const std::vector<std::string>& names) {
   for (const std::string& name : names) {
     Backend& b = registry.get(name);
     if (!b.available())
-      fail(ErrorKind::kInvalidArgument, "backend '{}' is not available on this machine", name);
+      fail(ErrorKind::kInvalidArgument, "backend '{}' is not available on this machine: {}", name,
+           b.unavailable_reason());
     if (std::find(out.begin(), out.end(), &b) == out.end()) out.push_back(&b);
   }
   return out;

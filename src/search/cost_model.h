@@ -20,10 +20,19 @@ class CostModel {
   // What a concurrent stage costs beyond its slowest lane: handing lanes to the workers and
   // waiting for them.
   virtual double stage_overhead_ms() = 0;
+  // Copying `bytes` between the host and `device` (to the device, or to the host when
+  // `to_host`): a step of its own where a placement crosses between them. Host-only cost
+  // models never see a device.
+  virtual double copy_ms(Device& device, bool to_host, size_t bytes) { return 0; }
 };
 
 // The additive prediction of a complete placement run one step after another: each
 // candidate's cost plus one step overhead. +inf when some candidate cannot run.
 double predict_sequential_ms(CostModel& costs, const Placement& placement);
+
+// What the copies between the host and devices cost in a complete placement of `graph`: one
+// per value and device that reads it away from where it was computed, as the executor makes
+// them (graph outputs read on the host). 0 for a host-only placement.
+double predict_copies_ms(const Graph& graph, const Placement& placement, CostModel& costs);
 
 }  // namespace collage

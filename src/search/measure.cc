@@ -9,6 +9,7 @@
 
 #include "collage/session.h"
 #include "ir/canonical.h"
+#include "runtime/device_buffers.h"
 #include "runtime/executor.h"
 #include "runtime/interleaved_timing.h"
 #include "runtime/partitioner.h"
@@ -61,7 +62,7 @@ KernelKey kernel_key(const Graph& subgraph, const Candidate& candidate, const Ha
   // variant keeps the plain backend name, so keys from before variants still match.
   std::string backend = candidate.backend->name();
   if (!candidate.variant.empty()) backend += "/" + candidate.variant;
-  Hardware hw = machine;
+  Hardware hw = with_devices(machine, {candidate.backend->device()});
   hw.threads = candidate.threads;
   return {CostDb::make_key(text, backend, candidate.backend->version(), hw.fingerprint()),
           std::move(text)};
@@ -107,7 +108,7 @@ void Measurer::evict_caches(const std::vector<Tensor>& inputs,
 MeasureResult Measurer::measure(const Graph& model, const Candidate& candidate) {
   Graph sub = extract_subgraph(model, candidate.nodes);
   KernelKey key = kernel_key(sub, candidate, hardware_, options_.evict_bytes);
-  Hardware hw = hardware_;
+  Hardware hw = with_devices(hardware_, {candidate.backend->device()});
   hw.threads = candidate.threads;
   const std::string backend_label = candidate.variant.empty()
                                         ? candidate.backend->name()
@@ -145,7 +146,19 @@ CostRecord Measurer::measure_uncached(const Graph& sub, const std::string& canon
     // Same seed for every backend: the reference outputs are computed once per subgraph.
     std::vector<Tensor> inputs = random_inputs(sub, 17);
     std::vector<Tensor> outputs = allocate_outputs(sub);
-    kernel->run(inputs, outputs);
+    // A device kernel reads and writes device memory: its inputs are there before it runs
+    // (in a plan, the copies are steps of their own, costed apart), and it is timed until
+    // the device is done.
+    Device* device = candidate.backend->device();
+    std::unique_ptr<DeviceBuffers> device_inputs, device_outputs;
+    if (device) {
+      device_inputs = std::make_unique<DeviceBuffers>(*device, inputs, true);
+      device_outputs = std::make_unique<DeviceBuffers>(*device, outputs, false);
+    }
+    const std::vector<Tensor>& run_inputs = device ? device_inputs->views() : inputs;
+    const std::vector<Tensor>& run_outputs = device ? device_outputs->views() : outputs;
+    kernel->run(run_inputs, run_outputs);
+    if (device) device_outputs->download(outputs);
     if (options_.verify && !BackendRegistry::global().is_fallback(*candidate.backend)) {
       std::string mismatch = compare_outputs(outputs, reference_outputs(sub, canonical, inputs),
                                              Tolerance::backend_vs_reference());
@@ -156,7 +169,7 @@ CostRecord Measurer::measure_uncached(const Graph& sub, const std::string& canon
       }
     }
     CostRecord ok;
-    ok.milliseconds = time_kernel(*kernel, inputs, outputs, candidate.threads);
+    ok.milliseconds = time_kernel(*kernel, run_inputs, run_outputs, candidate.threads, device);
     return ok;
   } catch (const std::exception& e) {
     failed.reason = e.what();
@@ -165,27 +178,35 @@ CostRecord Measurer::measure_uncached(const Graph& sub, const std::string& canon
 }
 
 double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
-                             const std::vector<Tensor>& outputs, int threads) const {
+                             const std::vector<Tensor>& outputs, int threads,
+                             Device* device) const {
   // The eviction reads with this thread's OpenMP team: the kernel's threads.
   use_threads_on_this_thread(threads);
   // The verification run already warmed caches and JIT state; slow kernels (the reference
   // backend's convolutions take 100+ ms) need no more warm-up and few samples: their
   // run-to-run noise is small next to the differences the search decides on.
   auto warm_start = Clock::now();
-  for (int i = 0; i < options_.warmup && ms_since(warm_start) < kSlowKernelMs; ++i)
+  // A device kernel's run may return before the device is done: each run is timed until the
+  // device has finished (host time, so the launch cost counts too; see docs/DESIGN.md). The
+  // host caches it would evict are not the device's.
+  auto run = [&] {
     kernel.run(inputs, outputs);
+    if (device) device->synchronize();
+  };
+  const bool evict = !eviction_buffer_.empty() && !device;
+  for (int i = 0; i < options_.warmup && ms_since(warm_start) < kSlowKernelMs; ++i) run();
   std::vector<double> samples;
   auto start = Clock::now();
   while (static_cast<int>(samples.size()) < options_.max_repeats) {
-    if (!eviction_buffer_.empty()) evict_caches(inputs, outputs);
+    if (evict) evict_caches(inputs, outputs);
     auto t0 = Clock::now();
-    kernel.run(inputs, outputs);
+    run();
     samples.push_back(ms_since(t0));
     const int needed = samples.front() > kSlowKernelMs ? 3 : options_.min_repeats;
     // Runs after an eviction scatter more (DRAM, page walks) and rarely reach the spread
     // target; past kEvictedSamples more samples only move the median by noise, while each
     // costs an eviction too (a cold ResNet-50 tune took 3x as long without this cap).
-    if (!eviction_buffer_.empty() && static_cast<int>(samples.size()) >= kEvictedSamples) break;
+    if (evict && static_cast<int>(samples.size()) >= kEvictedSamples) break;
     if (static_cast<int>(samples.size()) >= needed) {
       std::vector<double> sorted = samples;
       std::sort(sorted.begin(), sorted.end());
@@ -264,6 +285,30 @@ double measure_stage_overhead_ms(int threads, double step_overhead_ms) {
   }
   // Sequential: three steps a round (3 o). Staged: the stage (o + H) and the Add (o).
   return std::max(0.0, median_of(stage_ms) - median_of(sequential_ms) + step_overhead_ms);
+}
+
+double measure_copy_ms(Device& device, bool to_host, size_t bytes) {
+  if (bytes == 0) return 0;
+  // Host memory as the executor's arena gives it: allocated once and touched.
+  std::vector<std::byte> host(bytes, std::byte{1});
+  void* memory = device.allocate(bytes);
+  std::vector<double> samples;
+  try {
+    for (int i = 0; i < 23; ++i) {
+      auto t0 = Clock::now();
+      if (to_host)
+        device.copy_to_host(host.data(), memory, bytes);
+      else
+        device.copy_to_device(memory, host.data(), bytes);
+      device.synchronize();
+      if (i >= 3) samples.push_back(ms_since(t0));  // the first few set up staging buffers
+    }
+  } catch (...) {
+    device.release(memory);
+    throw;
+  }
+  device.release(memory);
+  return median_of(std::move(samples));
 }
 
 }  // namespace collage

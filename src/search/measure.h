@@ -67,8 +67,11 @@ class Measurer {
   // `candidate.nodes` of `model`, built and run as the candidate says.
   MeasureResult measure(const Graph& model, const Candidate& candidate);
   // Times an already compiled kernel on `inputs` with `threads`: the median in milliseconds.
+  // A device kernel (`device` not null) gets tensors in device memory and is timed until
+  // the device is done.
   double time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
-                     const std::vector<Tensor>& outputs, int threads) const;
+                     const std::vector<Tensor>& outputs, int threads,
+                     Device* device = nullptr) const;
   const Hardware& hardware() const { return hardware_; }
   const MeasureOptions& options() const { return options_; }
   // Measures uncached candidates in `worker` (not owned; null: in this process), so a
@@ -100,5 +103,8 @@ double measure_step_overhead_ms(int threads);
 // milliseconds beyond its slowest lane: measured with two-lane stages of trivial kernels
 // against the same steps one after another. `step_overhead_ms` is measure_step_overhead_ms's.
 double measure_stage_overhead_ms(int threads, double step_overhead_ms);
+// One copy of `bytes` between the host and `device` (to the host when `to_host`) as the
+// executor makes it, until the device is done: the median of repeated copies, in ms.
+double measure_copy_ms(Device& device, bool to_host, size_t bytes);
 
 }  // namespace collage

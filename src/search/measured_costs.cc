@@ -111,4 +111,18 @@ double MeasuredCosts::stage_overhead_ms() {
   return stage_overhead_ms_;
 }
 
+double MeasuredCosts::copy_ms(Device& device, bool to_host, size_t bytes) {
+  auto memo = std::make_tuple(&device, to_host, bytes);
+  if (auto it = copy_ms_.find(memo); it != copy_ms_.end()) return it->second;
+  Hardware hw = with_devices(machine_, {&device});
+  hw.threads = threads_;
+  RecordKey key = copy_key(hw, device.name(), to_host, bytes);
+  double ms = find_or_measure(db_, key, kCopyRecord, hw, [&] {
+                CostRecord record;
+                record.milliseconds = measure_copy_ms(device, to_host, bytes);
+                return record;
+              }).milliseconds;
+  return copy_ms_[memo] = ms;
+}
+
 }  // namespace collage

@@ -38,6 +38,8 @@ class MeasuredCosts : public CostModel {
   double cost_ms(const Candidate& candidate) override;
   double step_overhead_ms() override;
   double stage_overhead_ms() override;
+  // Measured once per device, direction and size, kept in the cost DB.
+  double copy_ms(Device& device, bool to_host, size_t bytes) override;
   const MeasureStats& stats() const { return stats_; }
 
  private:
@@ -57,6 +59,7 @@ class MeasuredCosts : public CostModel {
   std::unique_ptr<IsolatedWorker> worker_;
   std::map<MemoKey, double> memo_;
   double step_overhead_ms_ = -1, stage_overhead_ms_ = -1;
+  std::map<std::tuple<const Device*, bool, size_t>, double> copy_ms_;
   MeasureStats stats_;
 };
 

@@ -7,6 +7,13 @@
 // everything it reads from outside is already covered ("ready"), so each path of the search
 // is an executable order of kernels and no cover has groups that depend on each other in a
 // cycle. The first state popped that covers everything is optimal.
+//
+// Devices: where candidates run on a device (Backend::device()), a value read on another
+// device than the one that computed it costs a copy (CostModel::copy_ms), charged once per
+// value and device as the executor makes them, and a graph output computed on a device costs
+// its copy to the host. The state then also says where each value still to be read is (a
+// bitmask of host/devices per value), so the search stays exact; with no device candidate
+// the state is the covered set alone, as before.
 #pragma once
 
 #include <vector>
@@ -19,7 +26,7 @@ namespace collage {
 
 struct OpLevelResult {
   std::vector<int> chosen;  // indices into the candidate list, in execution order
-  double cost_ms = 0;       // sum of chosen costs + one step overhead per chosen candidate
+  double cost_ms = 0;       // sum of chosen costs + one step overhead per chosen candidate + copies
   size_t states_explored = 0;
 };
 

@@ -26,7 +26,9 @@ RecordKey plan_record_key(const Graph& graph, const Placement& placement,
       "plan " + model_hash(graph) + " threads " + std::to_string(machine.threads) + "\n";
   for (const std::string& p : parts) text += p + "\n";
   if (!schedule_text.empty()) text += "schedule " + schedule_text + "\n";
-  std::string key = CostDb::make_key(text, kind, "", machine.fingerprint());
+  // A plan with device steps was timed with those devices.
+  std::string key =
+      CostDb::make_key(text, kind, "", with_devices(machine, devices_of(placement)).fingerprint());
   return {std::move(key), std::move(text)};
 }
 
@@ -38,6 +40,12 @@ RecordKey step_overhead_key(const Hardware& machine) {
 RecordKey stage_overhead_key(const Hardware& machine) {
   const char* what = "executor stage hand-off";
   return {CostDb::make_key(what, kStageOverheadRecord, "", machine.fingerprint()), what};
+}
+
+RecordKey copy_key(const Hardware& machine, const std::string& device, bool to_host, size_t bytes) {
+  std::string what = to_host ? fmt::format("copy {} bytes {} -> host", bytes, device)
+                             : fmt::format("copy {} bytes host -> {}", bytes, device);
+  return {CostDb::make_key(what, kCopyRecord, "", machine.fingerprint()), what};
 }
 
 CostRecord find_or_measure(CostDb& db, const RecordKey& key, const char* kind,

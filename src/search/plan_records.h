@@ -22,6 +22,8 @@ inline constexpr const char* kPlanFitnessRecord = "plan";
 inline constexpr const char* kPlanSideBySideRecord = "plan-side-by-side";
 inline constexpr const char* kStepOverheadRecord = "step-overhead";
 inline constexpr const char* kStageOverheadRecord = "stage-overhead";
+// A copy of some bytes between the host and a device.
+inline constexpr const char* kCopyRecord = "copy";
 
 // A record's key and the text stored beside it.
 struct RecordKey {
@@ -36,6 +38,8 @@ RecordKey plan_record_key(const Graph& graph, const Placement& placement,
                           const Hardware& machine);
 RecordKey step_overhead_key(const Hardware& machine);
 RecordKey stage_overhead_key(const Hardware& machine);
+// `machine` names the device (with_devices).
+RecordKey copy_key(const Hardware& machine, const std::string& device, bool to_host, size_t bytes);
 
 // The record under `key`, or `measure()`'s (with the seconds it took), stored first.
 CostRecord find_or_measure(CostDb& db, const RecordKey& key, const char* kind,

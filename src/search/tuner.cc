@@ -280,7 +280,9 @@ class Tuner {
     for (Contender& c : contenders) {
       c.timing.name = c.name;
       c.timing.predicted_ms =
-          std::isnan(c.predicted_ms) ? predict_sequential_ms(costs_, c.placement) : c.predicted_ms;
+          (std::isnan(c.predicted_ms) ? predict_sequential_ms(costs_, c.placement)
+                                      : c.predicted_ms) +
+          predict_copies_ms(graph_, c.placement, costs_);
       predicted.push_back(c.timing.predicted_ms);
       // The never-worse rule needs the tuned plan's time (in both schedules).
       must.push_back(c.name.rfind("tuned", 0) == 0);
@@ -351,7 +353,10 @@ class Tuner {
 
   void make_plan(const Executor& executor, double predicted, double measured) {
     Plan& plan = result_.plan;
-    plan = plan_of_steps(graph_, executor.steps(), threads_, machine_.fingerprint());
+    Placement placed;
+    for (const Step& step : executor.steps()) placed.push_back(step.candidate);
+    plan = plan_of_steps(graph_, executor.steps(), threads_,
+                         with_devices(machine_, devices_of(placed)).fingerprint());
     plan.optimizer = options_.optimizer == Optimizer::kTwoLevel ? "two-level" : "op-level";
     if (result_.winner.rfind("tuned", 0) != 0) plan.optimizer = "single:" + result_.winner;
     plan.predicted_ms = predicted;

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "collage/backend.h"
 #include "collage/error.h"
 #include "collage/model.h"
 #include "collage/session.h"
@@ -307,6 +308,48 @@ Result run_isolated(const TestCase& test, const Config& config, int timeout_s) {
   return {static_cast<Status>(code), message.substr(1)};
 }
 
+// Why `backend` cannot run on this machine ("" when it can, or is unknown: the tests then
+// say so). Asked in a child process when tests are isolated: a GPU backend initialises CUDA
+// to answer, and a child forked after that cannot use CUDA.
+std::string unavailable_reason(const std::string& backend, bool in_child) {
+  auto ask = [&]() -> std::string {
+    Backend* b = BackendRegistry::global().find(backend);
+    return b && !b->available() ? "backend '" + backend + "': " + b->unavailable_reason() : "";
+  };
+  if (!in_child) return ask();
+  int fds[2];
+  if (pipe(fds) != 0) return "";
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return "";
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    _exit(write_all(fds[1], ask()) ? 0 : 3);
+  }
+  close(fds[1]);
+  std::string message;
+  char buffer[1024];
+  for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    message.append(buffer, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  return message;
+}
+
+// Exit status for "this backend cannot run here" (ctest's SKIP_RETURN_CODE of the GPU
+// backends' entries): reported as skipped, never as passed.
+constexpr int kSkipped = 77;
+
 // Every test folder (one holding model.onnx) of a suite, sorted by name.
 std::vector<TestCase> discover_suite(const fs::path& root, const std::string& suite) {
   const fs::path dir = root / suite;
@@ -357,6 +400,11 @@ int main_impl(int argc, char** argv) {
                "Run tests in this process (for a debugger; a crash ends the run)");
   app.add_flag("-v,--verbose", verbose, "Print each test before running it, and unsupported ones");
   CLI11_PARSE(app, argc, argv);
+
+  if (std::string why = unavailable_reason(config.backend, !no_isolate); !why.empty()) {
+    fmt::print("conformance: SKIPPED: {}\n", why);
+    return kSkipped;
+  }
 
   int passed = 0, num_failed = 0, unsupported = 0;
   auto summary = [&] {

@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "collage/error.h"
+#include "util/kernel_cache_dir.h"
 
 extern char** environ;
 
@@ -47,44 +48,11 @@ const Halide::Target& host_target() {
   return t;
 }
 
-std::string hash_hex(const std::string& text) {
-  // Two FNV-1a 64 lanes with different offsets: 128 bits, so collisions are not a concern.
-  uint64_t a = 14695981039346656037ULL, b = 0x9ae16a3b2f90404fULL;
-  for (unsigned char c : text) {
-    a = (a ^ c) * 1099511628211ULL;
-    b = (b ^ c) * 0x100000001b3ULL + 0x5bd1e995ULL;
-  }
-  return fmt::format("{:016x}{:016x}", a, b);
-}
-
-fs::path preferred_dir() {
-  if (const char* d = std::getenv("COLLAGE_CACHE_DIR"); d && *d) return fs::path(d) / "halide";
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
-    return fs::path(x) / "collage" / "halide";
-  const char* home = std::getenv("HOME");
-  return fs::path(home && *home ? home : ".") / ".cache" / "collage" / "halide";
-}
-
 // The directory to build in: the preferred cache, or (warned once) a private temp dir.
 fs::path build_dir(State& s) {
-  std::error_code ec;
-  fs::path dir = preferred_dir();
-  fs::create_directories(dir, ec);
-  if (!ec && access(dir.c_str(), W_OK) == 0) {
-    s.persistent = true;
-    return s.dir = dir.string();
-  }
-  static std::string temp;
-  if (temp.empty()) {
-    std::string pattern = (fs::temp_directory_path(ec) / "collage-halide-XXXXXX").string();
-    if (!mkdtemp(pattern.data()))
-      fail(ErrorKind::kBackend, "halide: cannot create cache dir {} nor a temp dir", dir.string());
-    temp = pattern;
-    spdlog::warn("halide: cannot use cache dir {} ({}); compiled kernels will not persist",
-                 dir.string(), ec ? ec.message() : "not writable");
-  }
-  s.persistent = false;
-  return s.dir = temp;
+  KernelCacheDir dir = kernel_cache_dir("halide");
+  s.persistent = dir.persistent;
+  return s.dir = dir.path.string();
 }
 
 // `ld -shared -o out in`: the system linker only (no compiler) turns the object into
