@@ -78,6 +78,30 @@ class BrokenRegionBackend : public collage::Backend {
   }
 };
 
+// Takes Relu, and its compile() throws `kind`. `broken-compile` breaks (kInternal, not an
+// honest refusal): `collage run --backend broken-compile --strict` and the conformance runner
+// must fail instead of quietly running the fallback's Relu. `broken-refuse` refuses every
+// Relu honestly (kUnsupported): a run on it is a run on the fallback, which the conformance
+// ratchet must not count as the backend passing.
+class ThrowingCompileBackend : public collage::Backend {
+ public:
+  ThrowingCompileBackend(std::string name, collage::ErrorKind kind)
+      : name_(std::move(name)), kind_(kind) {}
+  std::string name() const override { return name_; }
+  std::string version() const override { return "1.0"; }
+  std::vector<collage::PatternEntry> patterns() const override {
+    return {{"relu", collage::op("Relu"), {}}};
+  }
+  std::unique_ptr<collage::Kernel> compile(const collage::Graph&,
+                                           const collage::CompileOptions&) override {
+    collage::fail(kind_, "{}: compile() throws {}", name_, collage::error_kind_name(kind_));
+  }
+
+ private:
+  std::string name_;
+  collage::ErrorKind kind_;
+};
+
 }  // namespace
 
 extern "C" void collage_register_backends(collage::BackendRegistry* registry) {
@@ -87,4 +111,8 @@ extern "C" void collage_register_backends(collage::BackendRegistry* registry) {
   registry->add(std::make_shared<BrokenBackend>("broken-hang", Failure::kHang));
   registry->add(std::make_shared<BrokenBackend>("broken-throw", Failure::kThrow));
   registry->add(std::make_shared<BrokenRegionBackend>());
+  registry->add(
+      std::make_shared<ThrowingCompileBackend>("broken-compile", collage::ErrorKind::kInternal));
+  registry->add(
+      std::make_shared<ThrowingCompileBackend>("broken-refuse", collage::ErrorKind::kUnsupported));
 }

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <atomic>
 #include <chrono>
@@ -25,7 +26,8 @@ namespace fs = std::filesystem;
 
 // Bumped whenever lowering or scheduling changes what a description compiles to, so stale
 // objects in the disk cache are never reused.
-constexpr const char* kCodegenVersion = "collage-halide-codegen-8";
+// 9: kernel files named by XXH3-128 (the names of 8 are never looked up again).
+constexpr const char* kCodegenVersion = "collage-halide-codegen-9";
 
 struct State {
   std::mutex mutex;
@@ -47,14 +49,12 @@ const Halide::Target& host_target() {
   return t;
 }
 
+// A kernel file's name: XXH3's 128-bit hash of its description. A collision would load
+// another pipeline's kernel, so the hash must be a real one (two FNV lanes over the same
+// bytes, used before codegen 9, are correlated: not 128 independent bits).
 std::string hash_hex(const std::string& text) {
-  // Two FNV-1a 64 lanes with different offsets: 128 bits, so collisions are not a concern.
-  uint64_t a = 14695981039346656037ULL, b = 0x9ae16a3b2f90404fULL;
-  for (unsigned char c : text) {
-    a = (a ^ c) * 1099511628211ULL;
-    b = (b ^ c) * 0x100000001b3ULL + 0x5bd1e995ULL;
-  }
-  return fmt::format("{:016x}{:016x}", a, b);
+  const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
+  return fmt::format("{:016x}{:016x}", h.high64, h.low64);
 }
 
 fs::path preferred_dir() {
