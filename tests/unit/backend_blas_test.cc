@@ -294,6 +294,7 @@ TEST(BlasBackend, MatchesGeluAsOneGroup) {
   // Placed on blas, the whole model is one kernel.
   SessionOptions options;
   options.backend = "blas";
+  options.strict = true;
   Session session(g, options);
   EXPECT_EQ(session.num_steps(), 1u);
   Session reference(g, SessionOptions{});

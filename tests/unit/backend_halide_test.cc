@@ -350,8 +350,14 @@ TEST(HalideBackend, FusionRuleProposesWholeChains) {
   }
   // bias Add + 5 GELU ops + 9 LayerNorm ops = 15 nodes, under the cap of 16.
   EXPECT_EQ(largest, 15u);
-  // And the whole model on halide (MatMul on reference) is right.
-  Session halide_session(graph, SessionOptions{.backend = "halide"});
+  // And the whole model on halide (MatMul on the fallback) is right.
+  Session halide_session(graph, SessionOptions{.backend = "halide", .strict = true});
+  const std::vector<std::string> placed = halide_session.node_backends();
+  for (size_t n = 0; n < graph.num_nodes(); ++n)
+    EXPECT_EQ(placed[n], graph.node(static_cast<NodeId>(n)).op_type == "MatMul"
+                             ? BackendRegistry::global().fallback().name()
+                             : "halide")
+        << graph.node(static_cast<NodeId>(n)).name;
   Session reference(graph, SessionOptions{});
   std::vector<Tensor> in = random_inputs(graph, 9);
   EXPECT_TRUE(outputs_match(halide_session.run(in), reference.run(in)));

@@ -204,6 +204,7 @@ TEST(OnednnBackend, MatMulBiasGeluAndResidual) {
   // And a session on onednn alone runs them as two kernels.
   SessionOptions options;
   options.backend = "onednn";
+  options.strict = true;
   Session session(graph, options);
   EXPECT_EQ(session.num_steps(), 2u);
   for (const std::string& backend : session.node_backends()) EXPECT_EQ(backend, "onednn");
@@ -430,7 +431,7 @@ TEST(OnednnBackend, RepeatedLinearPostOps) {
     z = b.add1("Mul", {z, b.constant("three", Tensor::scalar(3.0f))});
     b.output(z);
     const std::vector<Tensor> inputs = random_inputs(b.graph(), 7);
-    Session session(b.graph(), SessionOptions{.backend = "onednn"});
+    Session session(b.graph(), SessionOptions{.backend = "onednn", .strict = true});
     std::vector<Tensor> got = session.run(inputs);
     Session reference(b.graph(), SessionOptions{});
     std::vector<Tensor> want = reference.run(inputs);
@@ -548,6 +549,7 @@ TEST(OnednnBackend, SessionOnResidualBlock) {
   const Graph& g = b.graph();
   SessionOptions options;
   options.backend = "onednn";
+  options.strict = true;
   Session session(g, options);
   for (const std::string& backend : session.node_backends()) EXPECT_EQ(backend, "onednn");
   EXPECT_EQ(session.num_steps(), 3u);  // conv+relu, conv+add+relu, pool

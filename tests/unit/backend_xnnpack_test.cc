@@ -440,6 +440,7 @@ TEST(XnnpackBackend, RunsWholeModelsThroughTheSession) {
     SmallCnn cnn;
     SessionOptions options;
     options.backend = name;
+    options.strict = true;
     Session session(cnn.graph, options);
     std::vector<std::string> placed = session.node_backends();
     EXPECT_EQ(placed[0], name);
