@@ -16,6 +16,8 @@ PACKAGES=(
   # headers and library; libdnnl-dev only *recommends* them (we install no recommends).
   libdnnl-dev ocl-icd-opencl-dev opencl-headers libopenblas-dev libopenblas0-pthread libxnnpack-dev libpthreadpool-dev
   libhalide14-0-dev libtorch-dev
+  # names the halide backend's cached kernel files (XXH3-128 of the pipeline description)
+  libxxhash-dev
   # PyTorch's exporter, used by tests to make real exported models
   python3-torch python3-torchvision python3-onnx python3-numpy
   # the Python module (pybind11 extension for Debian's python3) and its pytest suites

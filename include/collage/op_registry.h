@@ -101,6 +101,13 @@ class OpRegistry {
   std::vector<std::unique_ptr<OpDef>> defs_;
 };
 
+// Runs the shape function of node `id` (already in `graph`, its outputs values without
+// types) and sets its outputs' dtype and shape: how graphs built in code, the model zoo's
+// and the tests', get their types without an import. Throws Error(kUnsupported) for an op
+// that is not registered, what the shape function throws (kShape), and Error(kInternal)
+// when it leaves an output unset.
+void infer_node_outputs(Graph& graph, NodeId id);
+
 // Helpers shared by shape functions.
 // Numpy-style broadcast of two shapes; nullopt when incompatible.
 std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b);

@@ -21,6 +21,10 @@ struct SessionOptions {
   // Run every node this backend can take on it and the rest on the fallback backend
   // (reference); "" = everything on the fallback.
   std::string backend;
+  // With `backend`: a compile error other than an honest refusal (kUnsupported) fails the
+  // session instead of falling back (with a warning) to the fallback: for tests of a backend,
+  // which must not pass on the fallback's results (`collage run --backend NAME --strict`).
+  bool strict = false;
 };
 
 struct RunStats {

@@ -97,12 +97,13 @@ int bench(const BenchOptions& o) {
                      {"steps", sessions[i].num_steps()},
                      {"samples", samples[i]},
                      {"timed", static_cast<bool>(timed[i])}});
-    std::sort(samples[i].begin(), samples[i].end());
-    fmt::print("  {:<16} {:>12.3f} {:>12.3f} {:>7}{}\n", names[i],
-               samples[i][samples[i].size() / 2], samples[i][0], sessions[i].num_steps(),
+    const double median_ms = median_of(samples[i]);
+    const double min_ms = *std::min_element(samples[i].begin(), samples[i].end());
+    fmt::print("  {:<16} {:>12.3f} {:>12.3f} {:>7}{}\n", names[i], median_ms, min_ms,
+               sessions[i].num_steps(),
                timed[i] ? "" : fmt::format("   (one run: over {}x the fastest)", kNotWorthTiming));
-    plans.back()["median_ms"] = samples[i][samples[i].size() / 2];
-    plans.back()["min_ms"] = samples[i][0];
+    plans.back()["median_ms"] = median_ms;
+    plans.back()["min_ms"] = min_ms;
     if (names[i] == "tuned") plans.back()["predicted_ms"] = predicted;
   }
   if (!o.plan_path.empty()) fmt::print("  {:<16} {:>12.3f}\n", "predicted", predicted);

@@ -1,5 +1,5 @@
 // collage run MODEL.onnx [--inputs DIR] [--outputs DIR] [--threads N] [--repeat N] [--backend NAME]
-//             [--plan PLAN.json] [--verify] [--profile] [--trace FILE] [--json]
+//             [--strict] [--plan PLAN.json] [--verify] [--profile] [--trace FILE] [--json]
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -16,6 +16,8 @@
 #include "collage/backend.h"
 #include "collage/session.h"
 #include "collage/version.h"
+#include "runtime/interleaved_timing.h"
+#include "runtime/partitioner.h"
 #include "util/compare.h"
 
 namespace collage::cli {
@@ -26,7 +28,7 @@ namespace fs = std::filesystem;
 struct RunOptions {
   ModelOptions model;
   std::string inputs_dir, outputs_dir, backend, plan_path, trace_path;
-  bool verify = false, profile = false, json = false;
+  bool verify = false, profile = false, json = false, strict = false;
   int threads = 0, repeat = 1, warmup = 1;
   uint64_t seed = 1;
 };
@@ -88,6 +90,7 @@ int run(const RunOptions& o) {
   options.load = load;
   options.threads = o.threads;
   options.backend = o.backend;
+  options.strict = o.strict;
   Graph loaded = load_model(o.model.path, load);
   Session session = o.plan_path.empty() ? Session(loaded, options)
                                         : Session(loaded, Plan::load(o.plan_path), options);
@@ -117,7 +120,13 @@ int run(const RunOptions& o) {
   // Before profiling runs the session again (the outputs are views into its arena).
   std::vector<Checksum> sums;
   for (const Tensor& t : outputs) sums.push_back(checksum(t));
-  std::sort(ms.begin(), ms.end());
+  const double median_ms = median_of(ms);
+  const double min_ms = *std::min_element(ms.begin(), ms.end());
+  // How much the backend took (a run on the fallback alone shows no line).
+  std::optional<BackendCoverage> coverage;
+  if (o.plan_path.empty() && !o.backend.empty())
+    coverage =
+        backend_coverage(graph, BackendRegistry::global().get(o.backend), session.node_backends());
   std::optional<StepProfile> profile;
   if (o.profile || !o.trace_path.empty()) {
     std::optional<Plan> plan;
@@ -152,7 +161,10 @@ int run(const RunOptions& o) {
         {"threads", session.threads()},
         {"kernels", session.num_steps()},
         {"outputs", outs},
-        {"latency_ms", {{"median", ms[ms.size() / 2]}, {"min", ms[0]}, {"runs", ms.size()}}},
+        {"backend_nodes",
+         coverage ? nlohmann::json{{"matched", coverage->matched}, {"placed", coverage->placed}}
+                  : nlohmann::json()},
+        {"latency_ms", {{"median", median_ms}, {"min", min_ms}, {"runs", ms.size()}}},
         {"verified", o.verify},
         {"outputs_dir", o.outputs_dir.empty() ? nlohmann::json() : nlohmann::json(o.outputs_dir)},
         {"profile", profile ? step_profile_json(*profile) : nlohmann::json()},
@@ -164,6 +176,9 @@ int run(const RunOptions& o) {
              graph.num_nodes(), graph.opset,
              o.plan_path.empty() ? "backend " + backend : "plan " + o.plan_path, session.threads(),
              session.num_steps());
+  if (coverage)
+    fmt::print("placement: {} runs {} nodes; its patterns match {}\n", o.backend, coverage->placed,
+               coverage->matched);
   if (o.verify) fmt::print("verify: outputs match the reference backend\n");
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Checksum& c = sums[i];
@@ -173,7 +188,7 @@ int run(const RunOptions& o) {
   }
   if (o.profile) print_step_profile(*profile);
   if (!o.trace_path.empty()) fmt::print("trace written to {}\n", o.trace_path);
-  fmt::print("latency: median {:.3f} ms, min {:.3f} ms over {} runs\n", ms[ms.size() / 2], ms[0],
+  fmt::print("latency: median {:.3f} ms, min {:.3f} ms over {} runs\n", median_ms, min_ms,
              ms.size());
   return 0;
 }
@@ -196,6 +211,9 @@ Action add_run_command(CLI::App& app) {
   cmd->add_option("--backend", o->backend,
                   "backend for every node it can take, the rest on the fallback (default: "
                   "everything on the fallback, reference)");
+  cmd->add_flag("--strict", o->strict,
+                "with --backend: fail when the backend's compile breaks (an error other than "
+                "'unsupported') instead of running those nodes on the fallback");
   cmd->add_option("--seed", o->seed, "seed of the random inputs")->capture_default_str();
   cmd->add_option("--plan", o->plan_path, "run the placement from `collage tune`");
   cmd->add_flag("--verify", o->verify, "compare the outputs with the reference backend's");

@@ -122,4 +122,20 @@ std::vector<const OpDef*> OpRegistry::all() const {
   return out;
 }
 
+void infer_node_outputs(Graph& graph, NodeId id) {
+  const Node& node = graph.node(id);
+  const OpDef* def = OpRegistry::global().find(node.op_type, node.domain);
+  if (!def) fail(ErrorKind::kUnsupported, "op {} is not registered", node.op_type);
+  InferContext ctx(graph, node);
+  def->infer(ctx);
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    if (!ctx.output_set(i))
+      fail(ErrorKind::kInternal, "{}: the shape function did not set output {}", node.op_type, i);
+    Value& v = graph.value(node.outputs[i]);
+    v.dtype = ctx.output_dtype(i);
+    v.shape = ctx.output_shape(i);
+    v.shape_known = true;
+  }
+}
+
 }  // namespace collage

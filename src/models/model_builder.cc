@@ -108,8 +108,6 @@ ValueId ModelBuilder::random_range(const std::string& name, Shape shape, float l
 
 std::vector<ValueId> ModelBuilder::add(const std::string& op_type, std::vector<ValueId> inputs,
                                        Attrs attrs, size_t num_outputs) {
-  const OpDef* def = OpRegistry::global().find(op_type);
-  if (!def) fail(ErrorKind::kUnsupported, "model builder: op {} is not registered", op_type);
   std::string prefix;
   for (const std::string& s : scopes_) prefix += "/" + s;
   Node node;
@@ -120,16 +118,7 @@ std::vector<ValueId> ModelBuilder::add(const std::string& op_type, std::vector<V
   for (size_t i = 0; i < num_outputs; ++i)
     node.outputs.push_back(graph_.add_value(node.name + "_output_" + std::to_string(i)));
   NodeId id = graph_.add_node(std::move(node));
-  InferContext ctx(graph_, graph_.node(id));
-  def->infer(ctx);
-  for (size_t i = 0; i < num_outputs; ++i) {
-    if (!ctx.output_set(i))
-      fail(ErrorKind::kInternal, "model builder: {} did not infer output {}", op_type, i);
-    Value& v = graph_.value(graph_.node(id).outputs[i]);
-    v.dtype = ctx.output_dtype(i);
-    v.shape = ctx.output_shape(i);
-    v.shape_known = true;
-  }
+  infer_node_outputs(graph_, id);
   return graph_.node(id).outputs;
 }
 

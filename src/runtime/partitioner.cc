@@ -5,6 +5,8 @@
 #include <numeric>
 #include <queue>
 
+#include <spdlog/spdlog.h>
+
 #include "runtime/threads.h"
 
 namespace collage {
@@ -298,7 +300,7 @@ std::vector<std::vector<size_t>> maximal_regions(const Graph& graph, const Place
 
 Placement place_on_single_backend(const Graph& graph, Backend& backend, int threads,
                                   std::vector<std::string>* log,
-                                  std::vector<std::shared_ptr<Kernel>>* kernels_out) {
+                                  std::vector<std::shared_ptr<Kernel>>* kernels_out, bool strict) {
   Placement placement;
   std::vector<std::shared_ptr<Kernel>> kernels;
   if (BackendRegistry::global().is_fallback(backend)) return placement;
@@ -314,9 +316,15 @@ Placement place_on_single_backend(const Graph& graph, Backend& backend, int thre
     try {
       return compile_candidate(graph, c);
     } catch (const Error& e) {
-      if (log)
-        log->push_back(fmt::format("{}: {} nodes at '{}' refused: {}", backend.name(),
-                                   c.nodes.size(), graph.node(c.nodes[0]).name, e.what()));
+      const std::string line = fmt::format("{}: {} nodes at '{}' refused: {}", backend.name(),
+                                           c.nodes.size(), graph.node(c.nodes[0]).name, e.what());
+      if (e.kind() != ErrorKind::kUnsupported) {
+        if (strict)
+          throw Error(e.kind(), fmt::format("{} (a compile error that is not kUnsupported)", line));
+        spdlog::warn("{} [{}]; those nodes run on {}", line, error_kind_name(e.kind()),
+                     BackendRegistry::global().fallback().name());
+      }
+      if (log) log->push_back(line);
       return nullptr;
     }
   };
@@ -370,6 +378,18 @@ Placement place_on_single_backend(const Graph& graph, Backend& backend, int thre
   }
   if (kernels_out) *kernels_out = std::move(kernels);
   return placement;
+}
+
+BackendCoverage backend_coverage(const Graph& graph, const Backend& backend,
+                                 const std::vector<std::string>& node_backends) {
+  BackendCoverage coverage;
+  std::vector<bool> matched(graph.num_nodes(), false);
+  for (const Match& m : find_matches(graph, backend))
+    for (NodeId n : m.nodes) matched[n] = true;
+  coverage.matched = static_cast<size_t>(std::count(matched.begin(), matched.end(), true));
+  coverage.placed =
+      static_cast<size_t>(std::count(node_backends.begin(), node_backends.end(), backend.name()));
+  return coverage;
 }
 
 }  // namespace collage

@@ -65,8 +65,23 @@ Plan plan_of_steps(const Graph& graph, const std::vector<Step>& steps, int threa
 // stays convex, acyclic and compiles: its maximal regions, as its own runtime would take
 // them. `log` receives one line per candidate the backend refused to compile. Compiled
 // kernels come back in `kernels` (parallel to the placement) when it is given.
+// A refusal is honest when compile() throws Error(kUnsupported). Any other Error (kInternal,
+// kBackend...) is a broken backend: `strict` rethrows it (the per-backend tests, which must
+// not pass on the fallback's results); otherwise it is logged as a warning and the nodes
+// fall back, as a user of that backend alone would want.
 Placement place_on_single_backend(const Graph& graph, Backend& backend, int threads,
                                   std::vector<std::string>* log = nullptr,
-                                  std::vector<std::shared_ptr<Kernel>>* kernels = nullptr);
+                                  std::vector<std::shared_ptr<Kernel>>* kernels = nullptr,
+                                  bool strict = false);
+
+// How much of the graph `backend` takes: the nodes its patterns and fusion rules match
+// (before compiling) and the nodes a placement puts on it. A single-backend run that places
+// none of the matched nodes ran the fallback's code, not the backend's.
+struct BackendCoverage {
+  size_t matched = 0;
+  size_t placed = 0;
+};
+BackendCoverage backend_coverage(const Graph& graph, const Backend& backend,
+                                 const std::vector<std::string>& node_backends);
 
 }  // namespace collage

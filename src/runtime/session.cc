@@ -21,7 +21,8 @@ std::vector<Step> compile_steps(const Graph& graph, const SessionOptions& option
          backend.unavailable_reason());
   std::vector<std::string> refused;
   std::vector<std::shared_ptr<Kernel>> kernels;
-  Placement placement = place_on_single_backend(graph, backend, threads, &refused, &kernels);
+  Placement placement =
+      place_on_single_backend(graph, backend, threads, &refused, &kernels, options.strict);
   for (const auto& line : refused) spdlog::debug("{}", line);
   // The kernels compiled while placing are the ones the steps run.
   const Placement placed = placement;

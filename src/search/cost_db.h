@@ -4,6 +4,7 @@
 // that is corrupt or has a foreign schema is moved aside (with a warning) and recreated.
 #pragma once
 
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,15 @@ struct CostRecord {
   // Seconds the measurement took (for whole-plan records: what the evolutionary search is
   // charged when it finds the record again, see Tuner::search_graph_level). 0 = unknown.
   double spent_s = 0;
+
+  // A failure: infinite cost, with the reason kept.
+  static CostRecord failure(std::string why) {
+    CostRecord r;
+    r.milliseconds = std::numeric_limits<double>::infinity();
+    r.ok = false;
+    r.reason = std::move(why);
+    return r;
+  }
 };
 
 class CostDb {

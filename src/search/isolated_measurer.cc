@@ -171,10 +171,7 @@ void IsolatedWorker::stop() {
 }
 
 CostRecord IsolatedWorker::lost_worker(const std::string& why) {
-  CostRecord r;
-  r.ok = false;
-  r.milliseconds = std::numeric_limits<double>::infinity();
-  r.reason = why;
+  CostRecord r = CostRecord::failure(why);
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
   if (pid_ > 0) {
@@ -224,10 +221,8 @@ CostRecord IsolatedWorker::measure(const Graph& subgraph, const Candidate& candi
       return lost_worker("bad worker answer: " + line);
     return record;
   }
-  record.ok = false;
-  record.milliseconds = std::numeric_limits<double>::infinity();
-  record.reason = line.rfind("fail ", 0) == 0 ? line.substr(5) : "bad worker answer: " + line;
-  return record;
+  return CostRecord::failure(line.rfind("fail ", 0) == 0 ? line.substr(5)
+                                                         : "bad worker answer: " + line);
 }
 
 int run_measure_worker() {

@@ -137,9 +137,6 @@ const std::vector<Tensor>& Measurer::reference_outputs(const Graph& sub,
 
 CostRecord Measurer::measure_uncached(const Graph& sub, const std::string& canonical,
                                       const Candidate& candidate) {
-  CostRecord failed;
-  failed.ok = false;
-  failed.milliseconds = std::numeric_limits<double>::infinity();
   try {
     use_threads_on_this_thread(candidate.threads);
     std::unique_ptr<Kernel> kernel = candidate.backend->compile(sub, candidate.compile_options());
@@ -163,17 +160,13 @@ CostRecord Measurer::measure_uncached(const Graph& sub, const std::string& canon
       std::string mismatch = compare_outputs(outputs, reference_outputs(sub, canonical, inputs),
                                              Tolerance::backend_vs_reference());
       use_threads_on_this_thread(candidate.threads);  // the reference may have changed it
-      if (!mismatch.empty()) {
-        failed.reason = "wrong result: " + mismatch;
-        return failed;
-      }
+      if (!mismatch.empty()) return CostRecord::failure("wrong result: " + mismatch);
     }
     CostRecord ok;
     ok.milliseconds = time_kernel(*kernel, run_inputs, run_outputs, candidate.threads, device);
     return ok;
   } catch (const std::exception& e) {
-    failed.reason = e.what();
-    return failed;
+    return CostRecord::failure(e.what());
   }
 }
 

@@ -35,14 +35,6 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-CostRecord failed_record(const std::string& reason) {
-  CostRecord record;
-  record.ok = false;
-  record.reason = reason;
-  record.milliseconds = std::numeric_limits<double>::infinity();
-  return record;
-}
-
 class Tuner {
  public:
   Tuner(const Graph& graph, const TuneOptions& options)
@@ -145,7 +137,7 @@ class Tuner {
     try {
       scheduled = schedule_of(placement);
     } catch (const Error& e) {
-      return failed_record(e.what());
+      return CostRecord::failure(e.what());
     }
     RecordKey key = plan_record_key(graph_, scheduled.placement, scheduled.text(),
                                     kPlanFitnessRecord, machine_);
@@ -161,7 +153,7 @@ class Tuner {
         return record;
       } catch (const Error& e) {
         spdlog::debug("genome rejected: {}", e.what());
-        return failed_record(e.what());
+        return CostRecord::failure(e.what());
       }
     });
   }

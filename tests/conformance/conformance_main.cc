@@ -3,6 +3,14 @@
 //
 // Each test runs in a forked child by default, so a crash or a hang in one kernel is reported
 // as that test's failure instead of taking the whole suite down with it.
+//
+// With --backend NAME the session is strict (a compile error other than kUnsupported fails
+// the test instead of falling back), and each test records how many nodes the backend ran
+// against how many its patterns match. A test "passed on the backend" when it passed with
+// the backend running at least one node (the fallback backend: when it passed). --passing
+// FILE is the ratchet: every test listed there must pass on the backend; tests passing on
+// it that are not listed are printed as NEW, to be added (--write-passing FILE writes the
+// list of this run).
 
 #include <fmt/format.h>
 #include <signal.h>
@@ -16,8 +24,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,6 +35,7 @@
 #include "collage/error.h"
 #include "collage/model.h"
 #include "collage/session.h"
+#include "runtime/partitioner.h"
 #include "util/compare.h"
 
 namespace fs = std::filesystem;
@@ -49,6 +60,8 @@ const char* status_name(Status s) {
 struct Result {
   Status status = Status::kFailed;
   std::string reason;
+  // Nodes the backend ran, and nodes its patterns match (over the test's data sets' sessions).
+  BackendCoverage coverage;
 };
 
 struct TestCase {
@@ -60,7 +73,13 @@ struct Config {
   std::string backend = "reference";
   int threads = 0;
   Tolerance tol;
+  // A passed test whose session ran none of the nodes the backend's patterns match fails.
+  bool require_backend_nodes = false;
 };
+
+bool is_fallback(const std::string& backend) {
+  return BackendRegistry::global().is_fallback(BackendRegistry::global().get(backend));
+}
 
 Result failed(std::string reason) {
   return {Status::kFailed, std::move(reason)};
@@ -136,6 +155,7 @@ Result run_test_unguarded(const TestCase& test, const Config& config) {
   std::optional<Session> session;
   std::vector<Shape> session_shapes;
   bool frozen = false;  // inputs were frozen to one data set's values: reload for the next
+  BackendCoverage coverage;
   for (const fs::path& set : sets) {
     const std::string set_name = set.filename().string();
     std::vector<Tensor> inputs, expected;
@@ -167,6 +187,7 @@ Result run_test_unguarded(const TestCase& test, const Config& config) {
       SessionOptions options;
       options.backend = config.backend;
       options.threads = config.threads;
+      options.strict = true;
       for (size_t i = 0; i < input_names.size(); ++i)
         options.load.input_shapes[input_names[i]] = shapes[i];
       session.reset();
@@ -178,6 +199,11 @@ Result run_test_unguarded(const TestCase& test, const Config& config) {
         return classify_current_exception("load");
       }
       session_shapes = shapes;
+      const BackendCoverage c =
+          backend_coverage(session->graph(), BackendRegistry::global().get(config.backend),
+                           session->node_backends());
+      coverage.matched = std::max(coverage.matched, c.matched);
+      coverage.placed = std::max(coverage.placed, c.placed);
     }
 
     // The session wants its own input order; match the data to it by name.
@@ -210,7 +236,10 @@ Result run_test_unguarded(const TestCase& test, const Config& config) {
       }
     }
   }
-  return {Status::kPassed, ""};
+  if (config.require_backend_nodes && coverage.matched > 0 && coverage.placed == 0)
+    return failed(fmt::format("{} ran none of the {} nodes its patterns match", config.backend,
+                              coverage.matched));
+  return {Status::kPassed, "", coverage};
 }
 
 // ONNX's node tests feed shape-setting values (a Reshape's target, Slice's starts, Resize's
@@ -262,7 +291,8 @@ bool write_all(int fd, const std::string& bytes) {
   return true;
 }
 
-// Runs the test in a child process; the child sends back one status byte and the reason.
+// Runs the test in a child process; the child sends back one status byte, the coverage
+// ("matched placed\n") and the reason.
 Result run_isolated(const TestCase& test, const Config& config, int timeout_s) {
   int fds[2];
   if (pipe(fds) != 0) return failed(fmt::format("pipe: {}", std::strerror(errno)));
@@ -278,7 +308,9 @@ Result run_isolated(const TestCase& test, const Config& config, int timeout_s) {
     close(fds[0]);
     if (timeout_s > 0) alarm(static_cast<unsigned>(timeout_s));
     const Result r = run_test(test, config);
-    const std::string message = static_cast<char>('0' + static_cast<int>(r.status)) + r.reason;
+    const std::string message = static_cast<char>('0' + static_cast<int>(r.status)) +
+                                fmt::format("{} {}\n", r.coverage.matched, r.coverage.placed) +
+                                r.reason;
     // _exit: the parent's buffered stdio and atexit handlers are not the child's to run.
     _exit(write_all(fds[1], message) ? 0 : 3);
   }
@@ -304,8 +336,12 @@ Result run_isolated(const TestCase& test, const Config& config, int timeout_s) {
     return failed(fmt::format("child exited with status {} without a result",
                               WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1));
   const int code = message[0] - '0';
-  if (code < 0 || code > 2) return failed("garbled result from child");
-  return {static_cast<Status>(code), message.substr(1)};
+  BackendCoverage coverage;
+  const size_t newline = message.find('\n');
+  if (code < 0 || code > 2 || newline == std::string::npos ||
+      std::sscanf(message.c_str() + 1, "%zu %zu", &coverage.matched, &coverage.placed) != 2)
+    return failed("garbled result from child");
+  return {static_cast<Status>(code), message.substr(newline + 1), coverage};
 }
 
 // Why `backend` cannot run on this machine ("" when it can, or is unknown: the tests then
@@ -365,6 +401,33 @@ std::vector<TestCase> discover_suite(const fs::path& root, const std::string& su
   return tests;
 }
 
+// A list of tests (--passing): one name per line; '#' starts a comment.
+std::set<std::string> read_list(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(ErrorKind::kIo, "cannot read the list {}", path);
+  std::set<std::string> names;
+  for (std::string line; std::getline(in, line);) {
+    line = line.substr(0, line.find('#'));
+    const size_t begin = line.find_first_not_of(" \t\r");
+    if (begin == std::string::npos) continue;
+    names.insert(line.substr(begin, line.find_last_not_of(" \t\r") - begin + 1));
+  }
+  return names;
+}
+
+void write_list(const std::string& path, const std::string& backend,
+                const std::set<std::string>& names) {
+  std::ofstream out(path);
+  out << "# The ONNX conformance tests that pass with backend '" << backend
+      << "' running at least one\n"
+         "# node (tests/conformance/README.md). A test leaving this list fails its ctest;\n"
+         "# add the new passes the run prints (or rewrite it with collage_conformance\n"
+         "# --backend "
+      << backend << " --write-passing FILE).\n";
+  for (const std::string& name : names) out << name << "\n";
+  if (!out) fail(ErrorKind::kIo, "cannot write the list {}", path);
+}
+
 int main_impl(int argc, char** argv) {
   CLI::App app{"Runs ONNX conformance test folders through collage and checks the outputs."};
   std::string data_root = "/usr/share/libonnx-testdata/data";
@@ -372,7 +435,10 @@ int main_impl(int argc, char** argv) {
   std::vector<std::string> dirs;
   std::string filter;
   std::string report_path;
+  std::vector<std::string> plugins;
+  std::string passing_path, write_passing_path;
   int min_passed = 0;
+  int min_on_backend = 0;
   int timeout_s = 300;
   bool no_isolate = false;
   bool verbose = false;
@@ -385,7 +451,21 @@ int main_impl(int argc, char** argv) {
   app.add_option("--dir", dirs,
                  "Test folders to run instead of (or with an explicit --suite, "
                  "besides) the suites");
-  app.add_option("--backend", config.backend, "Backend for the session")->capture_default_str();
+  app.add_option("--backend", config.backend,
+                 "Backend for the session (strict: a compile error other than 'unsupported' "
+                 "fails the test)")
+      ->capture_default_str();
+  app.add_option("--backend-plugin", plugins, "Load backends from this plugin library first");
+  app.add_option("--passing", passing_path,
+                 "Fail unless every test listed in this file passes with the backend running "
+                 "at least one node; print the ones passing that are not listed");
+  app.add_option("--write-passing", write_passing_path,
+                 "Write the tests that passed with the backend running at least one node here");
+  app.add_option("--min-on-backend", min_on_backend,
+                 "Fail unless at least this many tests pass with the backend running a node")
+      ->capture_default_str();
+  app.add_flag("--require-backend-nodes", config.require_backend_nodes,
+               "Fail a test whose session runs none of the nodes the backend's patterns match");
   app.add_option("--filter", filter, "Run only tests whose name contains this");
   app.add_option("--min-passed", min_passed, "Fail unless at least this many tests pass")
       ->capture_default_str();
@@ -407,14 +487,25 @@ int main_impl(int argc, char** argv) {
   }
 
   int passed = 0, num_failed = 0, unsupported = 0;
+  int on_backend = 0;
+  size_t nodes_matched = 0, nodes_placed = 0;
   auto summary = [&] {
     fmt::print("conformance: {} passed, {} failed, {} unsupported\n", passed, num_failed,
                unsupported);
+    fmt::print(
+        "conformance: {} passed with {} running a node; over the passed tests it ran {} of "
+        "the {} nodes its patterns match\n",
+        on_backend, config.backend, nodes_placed, nodes_matched);
     std::fflush(stdout);
   };
 
   std::vector<TestCase> tests;
+  std::set<std::string> listed;
+  bool fallback = false;
   try {
+    for (const std::string& plugin : plugins) BackendRegistry::global().load_plugin(plugin);
+    fallback = is_fallback(config.backend);  // throws for an unknown backend
+    if (!passing_path.empty()) listed = read_list(passing_path);
     const bool run_suites = dirs.empty() || suite_opt->count() > 0;
     if (run_suites) {
       if (!fs::is_directory(data_root))
@@ -435,9 +526,13 @@ int main_impl(int argc, char** argv) {
     summary();
     return 1;
   }
+  std::set<std::string> discovered;
+  for (const TestCase& t : tests) discovered.insert(t.name);
   if (!filter.empty())
     std::erase_if(tests,
                   [&](const TestCase& t) { return t.name.find(filter) == std::string::npos; });
+  std::set<std::string> passed_on_backend;
+  std::map<std::string, std::string> outcome;  // test -> how it ended, for the ratchet
 
   nlohmann::json report = nlohmann::json::array();
   for (const TestCase& test : tests) {
@@ -452,7 +547,15 @@ int main_impl(int argc, char** argv) {
     switch (r.status) {
       case Status::kPassed:
         ++passed;
-        if (verbose) fmt::print("PASSED {} ({:.2f} s)\n", test.name, seconds);
+        nodes_matched += r.coverage.matched;
+        nodes_placed += r.coverage.placed;
+        if (fallback || r.coverage.placed > 0) {
+          ++on_backend;
+          passed_on_backend.insert(test.name);
+        }
+        if (verbose)
+          fmt::print("PASSED {} ({:.2f} s; {} ran {} of the {} nodes its patterns match)\n",
+                     test.name, seconds, config.backend, r.coverage.placed, r.coverage.matched);
         break;
       case Status::kFailed:
         ++num_failed;
@@ -463,11 +566,47 @@ int main_impl(int argc, char** argv) {
         if (verbose) fmt::print("UNSUPPORTED {}: {}\n", test.name, r.reason);
         break;
     }
+    outcome[test.name] = r.status == Status::kPassed
+                             ? fmt::format("passed, but {} ran none of its nodes", config.backend)
+                             : status_name(r.status);
     report.push_back({{"name", test.name},
                       {"dir", test.dir.string()},
                       {"status", status_name(r.status)},
                       {"reason", r.reason},
+                      {"nodes_matched", r.coverage.matched},
+                      {"nodes_placed", r.coverage.placed},
                       {"seconds", seconds}});
+  }
+
+  // The ratchet: a listed test that no longer passes on the backend is a regression; a new
+  // pass is news (printed so that a developer adds it), never a failure.
+  int regressions = 0;
+  if (!passing_path.empty()) {
+    for (const std::string& name : listed) {
+      if (!discovered.count(name)) {
+        ++regressions;
+        fmt::print("REGRESSED {}: listed in {} but not found in the suites\n", name, passing_path);
+      } else if (outcome.count(name) && !passed_on_backend.count(name)) {
+        ++regressions;
+        fmt::print("REGRESSED {}: listed in {} but {}\n", name, passing_path, outcome[name]);
+      }
+    }
+    int news = 0;
+    for (const std::string& name : passed_on_backend)
+      if (!listed.count(name)) {
+        ++news;
+        fmt::print("NEW {}: passes on {}; add it to {}\n", name, config.backend, passing_path);
+      }
+    fmt::print("conformance: {} of the {} listed tests regressed, {} new passes\n", regressions,
+               listed.size(), news);
+  }
+  if (!write_passing_path.empty()) {
+    try {
+      write_list(write_passing_path, config.backend, passed_on_backend);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "collage_conformance: {}\n", e.what());
+      return 1;
+    }
   }
 
   if (!report_path.empty()) {
@@ -483,7 +622,12 @@ int main_impl(int argc, char** argv) {
   summary();
   if (passed < min_passed)
     fmt::print("conformance: {} passed is below --min-passed {}\n", passed, min_passed);
-  return num_failed == 0 && passed >= min_passed ? 0 : 1;
+  if (on_backend < min_on_backend)
+    fmt::print("conformance: {} passed on {} is below --min-on-backend {}\n", on_backend,
+               config.backend, min_on_backend);
+  return num_failed == 0 && regressions == 0 && passed >= min_passed && on_backend >= min_on_backend
+             ? 0
+             : 1;
 }
 
 }  // namespace

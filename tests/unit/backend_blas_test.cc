@@ -17,10 +17,9 @@ Backend& blas() {
   return BackendRegistry::global().get("blas");
 }
 
-// Compiles the whole graph on blas and compares with reference; returns the ratio.
-double check(const Graph& g) {
-  auto [got, want] = run_backend_and_reference(blas(), g);
-  return tolerance_ratio(got, want);
+// Compiles the whole graph on blas and compares with reference.
+::testing::AssertionResult check(const Graph& g) {
+  return testing::backend_matches_reference(blas(), g);
 }
 
 ValueId weights(GraphBuilder& b, const std::string& name, Shape shape, int64_t fan_in) {
@@ -76,7 +75,7 @@ TEST(BlasBackend, MatMulShapes) {
     ValueId w =
         c.b_constant ? weights(b, "w", c.b, c.a.back()) : b.input("w", DType::kFloat32, c.b);
     b.output(b.add1("MatMul", {a, w}));
-    EXPECT_LE(check(b.finish()), 1.0) << shape_to_string(c.a) << " x " << shape_to_string(c.b);
+    EXPECT_TRUE(check(b.finish())) << shape_to_string(c.a) << " x " << shape_to_string(c.b);
   }
 }
 
@@ -100,7 +99,7 @@ TEST(BlasBackend, GemmAttributes) {
       attrs["beta"] = attr_f(i == 2 ? 0.0f : 1.5f);
     }
     b.output(b.add1("Gemm", inputs, attrs));
-    EXPECT_LE(check(b.finish()), 1.0) << "case " << i;
+    EXPECT_TRUE(check(b.finish())) << "case " << i;
   }
 }
 
@@ -120,7 +119,7 @@ TEST(BlasBackend, MatMulBiasActivations) {
       in.push_back(b.constant("hi", Tensor::scalar<float>(0.6f)));
     }
     b.output(b.add1(act, in, attrs));
-    EXPECT_LE(check(b.finish()), 1.0) << act;
+    EXPECT_TRUE(check(b.finish())) << act;
   }
 }
 
@@ -139,8 +138,8 @@ Graph matmul_gelu(Shape x_shape, int64_t n) {
 }
 
 TEST(BlasBackend, MatMulGelu) {
-  EXPECT_LE(check(matmul_gelu({1, 24, 32}, 96)), 1.0);
-  EXPECT_LE(check(matmul_gelu({3, 40}, 2500)), 1.0);  // segments split rows, threads share
+  EXPECT_TRUE(check(matmul_gelu({1, 24, 32}, 96)));
+  EXPECT_TRUE(check(matmul_gelu({3, 40}, 2500)));  // segments split rows, threads share
 }
 
 TEST(BlasBackend, EpilogueConstantsOfEveryBroadcast) {
@@ -156,7 +155,7 @@ TEST(BlasBackend, EpilogueConstantsOfEveryBroadcast) {
   // Keep the divisor away from 0.
   float* d = g.value(*g.find_value("batch")).constant.data<float>();
   for (int i = 0; i < 3; ++i) d[i] = 0.5f + i;
-  EXPECT_LE(check(g), 1.0);
+  EXPECT_TRUE(check(g));
 }
 
 TEST(BlasBackend, MultipleOutputs) {
@@ -169,7 +168,7 @@ TEST(BlasBackend, MultipleOutputs) {
   b.output(h);
   b.output(r);
   b.output(s);
-  EXPECT_LE(check(b.finish()), 1.0);
+  EXPECT_TRUE(check(b.finish()));
 }
 
 struct ConvCase {
@@ -236,7 +235,7 @@ TEST(BlasBackend, ConvAttributes) {
   }
   for (size_t i = 0; i < cases.size(); ++i)
     for (const char* tail : {"", "relu", "residual"})
-      EXPECT_LE(check(conv_graph("Conv", cases[i], tail)), 1.0) << "case " << i << " " << tail;
+      EXPECT_TRUE(check(conv_graph("Conv", cases[i], tail))) << "case " << i << " " << tail;
 }
 
 TEST(BlasBackend, ConvTransposeAttributes) {
@@ -262,7 +261,7 @@ TEST(BlasBackend, ConvTransposeAttributes) {
   };
   for (size_t i = 0; i < cases.size(); ++i)
     for (const char* tail : {"", "relu"})
-      EXPECT_LE(check(conv_graph("ConvTranspose", cases[i], tail)), 1.0)
+      EXPECT_TRUE(check(conv_graph("ConvTranspose", cases[i], tail)))
           << "case " << i << " " << tail;
 }
 
@@ -295,11 +294,12 @@ TEST(BlasBackend, MatchesGeluAsOneGroup) {
   // Placed on blas, the whole model is one kernel.
   SessionOptions options;
   options.backend = "blas";
+  options.strict = true;
   Session session(g, options);
   EXPECT_EQ(session.num_steps(), 1u);
   Session reference(g, SessionOptions{});
   std::vector<Tensor> inputs = random_inputs(g, 9);
-  EXPECT_LE(tolerance_ratio(session.run(inputs), reference.run(inputs)), 1.0);
+  EXPECT_TRUE(testing::outputs_match(session.run(inputs), reference.run(inputs)));
 }
 
 TEST(BlasBackend, MatchesResidualConvButNotDepthwise) {

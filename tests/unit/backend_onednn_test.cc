@@ -25,9 +25,9 @@ using testing::attr_ints;
 using testing::attr_s;
 using testing::GraphBuilder;
 using testing::has_match;
+using testing::outputs_match;
 using testing::pick;
 using testing::run_backend_and_reference;
-using testing::tolerance_ratio;
 using Attrs = std::map<std::string, Attribute>;
 
 Backend& onednn() {
@@ -204,12 +204,13 @@ TEST(OnednnBackend, MatMulBiasGeluAndResidual) {
   // And a session on onednn alone runs them as two kernels.
   SessionOptions options;
   options.backend = "onednn";
+  options.strict = true;
   Session session(graph, options);
   EXPECT_EQ(session.num_steps(), 2u);
   for (const std::string& backend : session.node_backends()) EXPECT_EQ(backend, "onednn");
   std::vector<Tensor> inputs = random_inputs(graph, 4);
   Session reference(graph, SessionOptions{});
-  EXPECT_LE(tolerance_ratio(session.run(inputs), reference.run(inputs)), 1.0);
+  EXPECT_TRUE(outputs_match(session.run(inputs), reference.run(inputs)));
 }
 
 TEST(OnednnBackend, GemmVariants) {
@@ -430,11 +431,11 @@ TEST(OnednnBackend, RepeatedLinearPostOps) {
     z = b.add1("Mul", {z, b.constant("three", Tensor::scalar(3.0f))});
     b.output(z);
     const std::vector<Tensor> inputs = random_inputs(b.graph(), 7);
-    Session session(b.graph(), SessionOptions{.backend = "onednn"});
+    Session session(b.graph(), SessionOptions{.backend = "onednn", .strict = true});
     std::vector<Tensor> got = session.run(inputs);
     Session reference(b.graph(), SessionOptions{});
     std::vector<Tensor> want = reference.run(inputs);
-    EXPECT_LE(tolerance_ratio(got, want), 1.0) << (separated ? "with sqrt" : "adjacent");
+    EXPECT_TRUE(outputs_match(got, want)) << (separated ? "with sqrt" : "adjacent");
   }
 }
 
@@ -548,12 +549,13 @@ TEST(OnednnBackend, SessionOnResidualBlock) {
   const Graph& g = b.graph();
   SessionOptions options;
   options.backend = "onednn";
+  options.strict = true;
   Session session(g, options);
   for (const std::string& backend : session.node_backends()) EXPECT_EQ(backend, "onednn");
   EXPECT_EQ(session.num_steps(), 3u);  // conv+relu, conv+add+relu, pool
   std::vector<Tensor> inputs = random_inputs(g, 9);
   Session reference(g, SessionOptions{});
-  EXPECT_LE(tolerance_ratio(session.run(inputs), reference.run(inputs)), 1.0);
+  EXPECT_TRUE(outputs_match(session.run(inputs), reference.run(inputs)));
 }
 
 }  // namespace

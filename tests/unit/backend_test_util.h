@@ -1,5 +1,6 @@
 // GoogleTest helpers every backend's unit tests use: compare a backend with reference on a
-// whole graph, the ErrorKind a compile throws, random sizes, and the node sets matched.
+// whole graph (with the project's one comparison, util/compare.h), the ErrorKind a compile
+// throws, random sizes, and the node sets matched.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,15 +13,32 @@
 
 #include "collage/backend.h"
 #include "graph_builder.h"
+#include "util/compare.h"
 
 namespace collage::testing {
 
-// Compiles the whole graph on `backend` and compares with reference (tolerance_ratio <= 1).
+// Whether `got` matches `want` by the comparison the tuner checks every kernel with
+// (util/compare.h; by default at its backend-vs-reference tolerance): NaN matches only NaN,
+// inf only the same inf, so a kernel computing NaN fails. The failure says what differs.
+inline ::testing::AssertionResult outputs_match(
+    const std::vector<Tensor>& got, const std::vector<Tensor>& want,
+    const Tolerance& tolerance = Tolerance::backend_vs_reference()) {
+  const std::string diff = compare_outputs(got, want, tolerance);
+  if (diff.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << diff;
+}
+
+// Compiles the whole graph on `backend` and compares it with reference on the same inputs.
+inline ::testing::AssertionResult backend_matches_reference(
+    Backend& backend, const Graph& g, uint64_t seed = 3,
+    const Tolerance& tolerance = Tolerance::backend_vs_reference()) {
+  auto [got, want] = run_backend_and_reference(backend, g, seed);
+  return outputs_match(got, want, tolerance);
+}
+
 inline void expect_like_reference(Backend& backend, const Graph& g, const std::string& what,
                                   uint64_t seed = 3) {
-  SCOPED_TRACE(backend.name() + ": " + what);
-  auto [got, want] = run_backend_and_reference(backend, g, seed);
-  EXPECT_LE(tolerance_ratio(got, want), 1.0) << backend.name() << ": " << what;
+  EXPECT_TRUE(backend_matches_reference(backend, g, seed)) << backend.name() << ": " << what;
 }
 
 // The kind of Error compile() throws; kInternal when it compiled (never what a test expects).

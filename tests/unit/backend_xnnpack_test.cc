@@ -28,17 +28,15 @@ Backend& graph_level() {
   return BackendRegistry::global().get("xnnpack-graph");
 }
 
-// Worst output error relative to rtol 1e-3 (<= 1 passes) of `backend` compiling `graph`
-// whole, against the reference.
-double error_ratio(Backend& backend, const Graph& graph, uint64_t seed = 3) {
-  auto [got, want] = testing::run_backend_and_reference(backend, graph, seed);
-  return testing::tolerance_ratio(got, want);
+// `backend` compiling `graph` whole, against the reference.
+::testing::AssertionResult like_reference(Backend& backend, const Graph& graph) {
+  return testing::backend_matches_reference(backend, graph);
 }
 
 // Both backends must take single-op (+ clamp) graphs; the graph-level one any region.
 void expect_both_match_reference(const Graph& graph, const std::string& what) {
-  EXPECT_LE(error_ratio(op_level(), graph), 1.0) << "xnnpack: " << what;
-  EXPECT_LE(error_ratio(graph_level(), graph), 1.0) << "xnnpack-graph: " << what;
+  EXPECT_TRUE(like_reference(op_level(), graph)) << "xnnpack: " << what;
+  EXPECT_TRUE(like_reference(graph_level(), graph)) << "xnnpack-graph: " << what;
 }
 
 std::vector<std::vector<NodeId>> match_sets(const Graph& graph, const Backend& backend) {
@@ -190,7 +188,7 @@ TEST(XnnpackBackend, BinaryBroadcastRandomized) {
   ValueId a = b.input("a", DType::kFloat32, {2, 3, 4, 5});
   b.output(b.add1("Add", {a, b.input("c", DType::kFloat32, {4, 5})}));
   Graph g = b.finish();
-  EXPECT_LE(error_ratio(op_level(), g), 1.0);
+  EXPECT_TRUE(like_reference(op_level(), g));
   EXPECT_EQ(compile_error(graph_level(), g), ErrorKind::kUnsupported);
 }
 
@@ -346,9 +344,9 @@ TEST(XnnpackBackend, GraphLevelRegions) {
   }
   // The block compiled as one region matches the reference, outputs of several kinds too.
   Graph block = extract_subgraph(cnn.graph, {0, 1, 2, 3, 4, 5});
-  EXPECT_LE(error_ratio(graph_level(), block), 1.0);
+  EXPECT_TRUE(like_reference(graph_level(), block));
   Graph head = extract_subgraph(cnn.graph, {7, 8});
-  EXPECT_LE(error_ratio(graph_level(), head), 1.0);
+  EXPECT_TRUE(like_reference(graph_level(), head));
 }
 
 TEST(XnnpackBackend, RegionWithSeveralOutputsAndBroadcasts) {
@@ -365,7 +363,7 @@ TEST(XnnpackBackend, RegionWithSeveralOutputsAndBroadcasts) {
   b.output(b.add1("Mul", {f, s}));
   b.output(f);
   b.output(g);
-  EXPECT_LE(error_ratio(graph_level(), b.finish()), 1.0);
+  EXPECT_TRUE(like_reference(graph_level(), b.finish()));
 
   // Transformer-ish: 3-D activations through two fully-connected layers, residual, softmax.
   GraphBuilder t;
@@ -374,7 +372,7 @@ TEST(XnnpackBackend, RegionWithSeveralOutputsAndBroadcasts) {
   u = t.add1("Relu", {t.add1("Add", {u, t.random_constant("b1", {32})})});
   u = t.add1("MatMul", {u, t.random_constant("w2", {32, 16})});
   t.output(t.add1("Softmax", {t.add1("Add", {u, h})}));
-  EXPECT_LE(error_ratio(graph_level(), t.finish()), 1.0);
+  EXPECT_TRUE(like_reference(graph_level(), t.finish()));
 }
 
 TEST(XnnpackBackend, SoftmaxOnNhwcRegions) {
@@ -385,7 +383,7 @@ TEST(XnnpackBackend, SoftmaxOnNhwcRegions) {
     ValueId c = b.add1("Conv", {x, b.random_constant("w", {6, 5, 1, 1})});
     b.output(b.add1("Softmax", {c}, {{"axis", attr_i(axis)}}));
     Graph g = b.finish();
-    EXPECT_LE(error_ratio(graph_level(), g), 1.0) << "opset " << opset << " axis " << axis;
+    EXPECT_TRUE(like_reference(graph_level(), g)) << "opset " << opset << " axis " << axis;
     if (opset == 13) {
       // On its own, in NCHW, the channel axis is strided: the op-level backend refuses it.
       EXPECT_EQ(compile_error(op_level(), extract_subgraph(g, {1})), ErrorKind::kUnsupported);
@@ -397,7 +395,7 @@ TEST(XnnpackBackend, SoftmaxOnNhwcRegions) {
   b.output(b.add1("Softmax", {x}, {{"axis", attr_i(3)}}));
   Graph g = b.finish();
   EXPECT_EQ(compile_error(graph_level(), g), ErrorKind::kUnsupported);
-  EXPECT_LE(error_ratio(op_level(), g), 1.0);
+  EXPECT_TRUE(like_reference(op_level(), g));
 }
 
 TEST(XnnpackBackend, RebindsWhenCallerBuffersMove) {
@@ -413,7 +411,7 @@ TEST(XnnpackBackend, RebindsWhenCallerBuffersMove) {
       std::vector<Tensor> in = random_inputs(g, seed);
       std::vector<Tensor> out = {Tensor(DType::kFloat32, {3, 4})};
       kernel->run(in, out);
-      EXPECT_LE(testing::tolerance_ratio(out, reference.run(in)), 1.0)
+      EXPECT_TRUE(testing::outputs_match(out, reference.run(in)))
           << backend->name() << " seed " << seed;
     }
   }
@@ -433,7 +431,7 @@ TEST(XnnpackBackend, KernelsOfEveryThreadCountComputeTheSame) {
     std::vector<Tensor> out;
     for (ValueId v : block.outputs) out.emplace_back(DType::kFloat32, block.value(v).shape);
     kernels[k]->run(in, out);
-    EXPECT_LE(testing::tolerance_ratio(out, want), 1.0) << "kernel " << k;
+    EXPECT_TRUE(testing::outputs_match(out, want)) << "kernel " << k;
   }
 }
 
@@ -442,13 +440,14 @@ TEST(XnnpackBackend, RunsWholeModelsThroughTheSession) {
     SmallCnn cnn;
     SessionOptions options;
     options.backend = name;
+    options.strict = true;
     Session session(cnn.graph, options);
     std::vector<std::string> placed = session.node_backends();
     EXPECT_EQ(placed[0], name);
     EXPECT_EQ(placed[6], "reference");  // Flatten
     Session reference(cnn.graph, SessionOptions{});
     std::vector<Tensor> in = random_inputs(cnn.graph, 9);
-    EXPECT_LE(testing::tolerance_ratio(session.run(in), reference.run(in)), 1.0) << name;
+    EXPECT_TRUE(testing::outputs_match(session.run(in), reference.run(in))) << name;
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "backend_test_util.h"
 #include "collage/backend.h"
 #include "collage/session.h"
 #include "graph_builder.h"
@@ -25,7 +26,7 @@ namespace collage::testing {
 
 // Runs `g` on `backend` alone (what it cannot take on reference) and on reference, on the same
 // inputs. Every node must have run on `backend` (a silent fallback fails the test), and the
-// outputs must agree within rtol/atol (tolerance_ratio <= 1).
+// outputs must agree within rtol/atol (util/compare.h, as every backend test).
 inline void expect_gpu_like_reference(const std::string& backend, const Graph& g,
                                       const std::string& what, double rtol = 1e-3,
                                       double atol = 1e-4, uint64_t seed = 3) {
@@ -44,7 +45,7 @@ inline void expect_gpu_like_reference(const std::string& backend, const Graph& g
   for (const Tensor& t : got)
     for (int64_t i = 0; i < t.numel(); ++i)
       ASSERT_TRUE(std::isfinite(t.get_as_double(i))) << "non-finite output";
-  EXPECT_LE(tolerance_ratio(got, want, rtol, atol), 1.0);
+  EXPECT_TRUE(outputs_match(got, want, Tolerance{rtol, atol}));
 }
 
 }  // namespace collage::testing

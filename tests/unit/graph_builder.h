@@ -1,5 +1,7 @@
 // Builds small graphs in tests, inferring each node's output types as it is added (with
-// the ops' own shape functions), so tests need neither ONNX files nor the importer.
+// the ops' own shape functions, through infer_node_outputs as the model zoo's ModelBuilder
+// does), so tests need neither ONNX files nor the importer. Where ModelBuilder names nodes
+// and weights as an exporter would, this one keeps test graphs short to write.
 #pragma once
 
 #include <algorithm>
@@ -44,8 +46,6 @@ class GraphBuilder {
   // Adds a node and returns its outputs (inferred).
   std::vector<ValueId> add(const std::string& op_type, std::vector<ValueId> inputs,
                            std::map<std::string, Attribute> attrs = {}, size_t num_outputs = 1) {
-    const OpDef* def = OpRegistry::global().find(op_type);
-    if (!def) fail(ErrorKind::kUnsupported, "op {} is not registered", op_type);
     Node node;
     node.name = op_type + "_" + std::to_string(graph_.num_nodes());
     node.op_type = op_type;
@@ -54,14 +54,7 @@ class GraphBuilder {
     for (size_t i = 0; i < num_outputs; ++i)
       node.outputs.push_back(graph_.add_value(node.name + "_out" + std::to_string(i)));
     NodeId id = graph_.add_node(node);
-    InferContext ctx(graph_, graph_.node(id));
-    def->infer(ctx);
-    for (size_t i = 0; i < num_outputs; ++i) {
-      Value& v = graph_.value(graph_.node(id).outputs[i]);
-      v.dtype = ctx.output_dtype(i);
-      v.shape = ctx.output_shape(i);
-      v.shape_known = true;
-    }
+    infer_node_outputs(graph_, id);  // the model zoo's builder types its nodes the same way
     return graph_.node(id).outputs;
   }
   ValueId add1(const std::string& op_type, std::vector<ValueId> inputs,
@@ -81,21 +74,6 @@ class GraphBuilder {
   Graph graph_;
   uint64_t state_ = 12345;
 };
-
-// Largest |a-b| / (atol + rtol*|b|) over all outputs: <= 1 means "within tolerance".
-inline double tolerance_ratio(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
-                              double rtol = 1e-3, double atol = 1e-5) {
-  if (got.size() != want.size()) return 1e30;
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (got[i].shape() != want[i].shape() || got[i].dtype() != want[i].dtype()) return 1e30;
-    for (int64_t k = 0; k < got[i].numel(); ++k) {
-      double a = got[i].get_as_double(k), b = want[i].get_as_double(k);
-      worst = std::max(worst, std::abs(a - b) / (atol + rtol * std::abs(b)));
-    }
-  }
-  return worst;
-}
 
 // Runs `graph` whole on `backend` (compile() of the entire graph as one subgraph) and on
 // reference, on the same random inputs; returns {backend outputs, reference outputs}.

@@ -82,13 +82,4 @@ void expect_error(F&& f, ErrorKind kind, const std::string& needle = "") {
   }
 }
 
-// True when every op is registered with a reference kernel (built-in ops land gradually).
-inline bool have_ops(std::initializer_list<const char*> ops) {
-  for (const char* op : ops) {
-    const OpDef* def = OpRegistry::global().find(op);
-    if (!def || !def->infer || !def->reference) return false;
-  }
-  return true;
-}
-
 }  // namespace collage::testing

@@ -2,7 +2,6 @@
 // run; full-size models have the published sizes; weights are reproducible.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
 
 #include "collage/model.h"
@@ -34,7 +33,6 @@ void expect_same_signature(const Graph& a, const Graph& b) {
 class TinyZooModel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TinyZooModel, ExportsReimportsAndRuns) {
-  auto start = std::chrono::steady_clock::now();
   Graph built = models::build_zoo_model(GetParam());
   const std::string bytes = model_to_bytes(built);
   // The file holds exactly the built graph (some models have nodes that fold on import,
@@ -43,7 +41,12 @@ TEST_P(TinyZooModel, ExportsReimportsAndRuns) {
   as_written.optimize = false;
   Graph reloaded = load_model_from_bytes(bytes, "", as_written);
   expect_same_signature(built, reloaded);
-  EXPECT_EQ(model_stats(built).parameters, model_stats(reloaded).parameters);
+  const ModelStats stats = model_stats(built);
+  EXPECT_EQ(stats.parameters, model_stats(reloaded).parameters);
+  // Tiny, so tests can afford them: bounded in size, not in (machine- and load-dependent)
+  // seconds. The largest, inception-v3-tiny, has 1.37 M parameters and 0.066 GFLOPs.
+  EXPECT_LT(stats.parameters, 2'000'000);
+  EXPECT_LT(stats.gflops, 0.1);
 
   Graph loaded = load_model_from_bytes(bytes, "");
   std::vector<Tensor> inputs = random_inputs(loaded, 5);
@@ -59,8 +62,6 @@ TEST_P(TinyZooModel, ExportsReimportsAndRuns) {
   double rms = std::sqrt(sum_sq / static_cast<double>(outputs[0].numel()));
   EXPECT_GT(rms, 1e-3);
   EXPECT_LT(rms, 1e3);
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(seconds, 5.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, TinyZooModel, ::testing::ValuesIn(kTinyModels), [](const auto& info) {

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <atomic>
 #include <chrono>
@@ -26,7 +27,8 @@ namespace fs = std::filesystem;
 
 // Bumped whenever lowering or scheduling changes what a description compiles to, so stale
 // objects in the disk cache are never reused.
-constexpr const char* kCodegenVersion = "collage-halide-codegen-8";
+// 9: kernel files named by XXH3-128 (the names of 8 are never looked up again).
+constexpr const char* kCodegenVersion = "collage-halide-codegen-9";
 
 struct State {
   std::mutex mutex;
@@ -46,6 +48,14 @@ State& state() {
 const Halide::Target& host_target() {
   static const Halide::Target t = Halide::get_host_target();
   return t;
+}
+
+// A kernel file's name: XXH3's 128-bit hash of its description. A collision would load
+// another pipeline's kernel, so the hash must be a real one (two FNV lanes over the same
+// bytes, used before codegen 9, are correlated: not 128 independent bits).
+std::string hash_hex(const std::string& text) {
+  const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
+  return fmt::format("{:016x}{:016x}", h.high64, h.low64);
 }
 
 // The directory to build in: the preferred cache, or (warned once) a private temp dir.

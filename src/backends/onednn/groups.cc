@@ -32,16 +32,49 @@ const std::vector<std::string>& binary_ops() {
   return ops;
 }
 
+const std::vector<Family>& families() {
+  static const std::vector<Family> table = {
+      {"conv", {"Conv", "ConvTranspose"}, compile_conv, emit_conv, true},
+      {"matmul", {"MatMul", "Gemm"}, compile_matmul, emit_matmul, true},
+      {"pool",
+       {"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"},
+       compile_pool,
+       emit_pool,
+       true},
+      {"batch_norm", {"BatchNormalization"}, compile_norm, emit_batch_norm, false},
+      // ReduceMean heads the exported LayerNorm decomposition.
+      {"norm",
+       {"LayerNormalization", "Softmax", "LogSoftmax", "ReduceMean"},
+       compile_norm,
+       nullptr,
+       false},
+  };
+  return table;
+}
+
+const Family& family(const std::string& name) {
+  for (const Family& f : families())
+    if (f.name == name) return f;
+  fail(ErrorKind::kInternal, "onednn: no kernel family '{}'", name);
+}
+
+const Family* family_of(const std::string& op_type) {
+  for (const Family& f : families())
+    if (std::find(f.ops.begin(), f.ops.end(), op_type) != f.ops.end()) return &f;
+  return nullptr;
+}
+
 bool primitive_head(const Graph& g, const Node& n) {
   if (!n.domain.empty() || n.outputs.empty() || !is_f32(g, n.input(0)) || !is_f32(g, n.outputs[0]))
     return false;
-  const std::string& t = n.op_type;
-  if (t == "Conv" || t == "ConvTranspose")
+  const Family* f = family_of(n.op_type);
+  if (!f || !f->post_op_tail) return false;
+  if (f->name == "conv")
     return g.value(n.input(1)).is_constant() &&
            (n.input(2) == kNoValue || g.value(n.input(2)).is_constant());
-  if (t == "MatMul" || t == "Gemm") return is_f32(g, n.input(1));
-  if (t == "MaxPool") return n.outputs.size() == 1 || n.outputs[1] == kNoValue;
-  return t == "AveragePool" || t == "GlobalMaxPool" || t == "GlobalAveragePool";
+  if (f->name == "matmul") return is_f32(g, n.input(1));
+  if (n.op_type == "MaxPool") return n.outputs.size() == 1 || n.outputs[1] == kNoValue;
+  return true;
 }
 
 bool elementwise_head(const Graph& g, const Node& n, ValueId* x) {
@@ -100,13 +133,10 @@ void emit_group(const Graph& sub, ValueMemories& values) {
     values.reshape(first.outputs[0], first.input(0), sub.value(first.outputs[0]).shape);
     return;
   }
-  if (t == "Conv" || t == "ConvTranspose") return emit_conv(sub, values);
-  if (t == "MatMul" || t == "Gemm") return emit_matmul(sub, values);
-  if (t == "MaxPool" || t == "AveragePool" || t == "GlobalMaxPool" || t == "GlobalAveragePool")
-    return emit_pool(sub, values);
-  if (t == "BatchNormalization") return emit_batch_norm(sub, values);
-  if (t == "LayerNormalization" || t == "Softmax" || t == "LogSoftmax" || t == "ReduceMean")
-    fail(ErrorKind::kUnsupported, "onednn: {} runs only as a kernel of its own", t);
+  if (const Family* f = family_of(t)) {
+    if (!f->emit) fail(ErrorKind::kUnsupported, "onednn: {} runs only as a kernel of its own", t);
+    return f->emit(sub, values);
+  }
   return emit_elementwise(sub, values);
 }
 

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "backends/onednn/value_memories.h"
@@ -38,6 +39,22 @@ std::unique_ptr<Kernel> compile_norm(const Graph& subgraph);
 // eltwise_kernel.cc
 void emit_elementwise(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_elementwise(const Graph& subgraph);
+
+// The families as one table, so that the patterns, compile(), emit_group() and the region
+// ops cannot disagree on which op goes where: the ops that head a group of the family, how
+// such a group compiles as a kernel of its own, how it is emitted into a region (nullptr:
+// only as a kernel of its own), and whether its primitive fuses an elementwise tail as
+// post-ops. Groups headed by any other op are elementwise chains (compile_elementwise).
+struct Family {
+  std::string name;
+  std::vector<std::string> ops;
+  std::unique_ptr<Kernel> (*compile)(const Graph& subgraph);
+  Emitter emit;
+  bool post_op_tail;
+};
+const std::vector<Family>& families();
+const Family& family(const std::string& name);        // by name ("pool"); must exist
+const Family* family_of(const std::string& op_type);  // nullptr: not a family's head
 
 // The exported LayerNorm decomposition (ReduceMean -> Sub -> Pow 2 -> ReduceMean -> Add eps
 // -> Sqrt -> Div [-> Mul gamma] [-> Add beta]) over the last axis, when `nodes` of `graph`

@@ -68,10 +68,7 @@ class OnednnBackend : public Backend {
          {}},
         {"MatMul", op("MatMul").where(head, "float32"), {}},
         {"Gemm", op("Gemm").where(head, "float32"), {}},
-        {"Pool",
-         op_in({"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"})
-             .where(head, "float32, no Indices"),
-         {}},
+        {"Pool", op_in(family("pool").ops).where(head, "float32, no Indices"), {}},
         {"BatchNormalization", op("BatchNormalization").where(f32, "float32"), {}},
         {"BatchNormalization+Relu",
          op("Relu", {op("BatchNormalization").where(f32, "float32")}),
@@ -106,13 +103,7 @@ class OnednnBackend : public Backend {
       fail(ErrorKind::kUnsupported, "onednn: op {}.{}", first.domain, first.op_type);
     const std::string& t = first.op_type;
     try {
-      if (t == "Conv" || t == "ConvTranspose") return compile_conv(subgraph);
-      if (t == "MatMul" || t == "Gemm") return compile_matmul(subgraph);
-      if (t == "MaxPool" || t == "AveragePool" || t == "GlobalMaxPool" || t == "GlobalAveragePool")
-        return compile_pool(subgraph);
-      if (t == "BatchNormalization" || t == "LayerNormalization" || t == "Softmax" ||
-          t == "LogSoftmax" || t == "ReduceMean")
-        return compile_norm(subgraph);
+      if (const Family* f = family_of(t)) return f->compile(subgraph);
       return compile_elementwise(subgraph);
     } catch (const dnnl::error& e) {
       fail(ErrorKind::kUnsupported, "onednn: {}: {}", t, e.what());

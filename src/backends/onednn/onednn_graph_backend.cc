@@ -6,6 +6,7 @@
 #include <set>
 
 #include "backends/onednn/groups.h"
+#include "backends/onednn/kernels.h"
 #include "backends/onednn/region_kernel.h"
 #include "collage/backend.h"
 
@@ -17,18 +18,12 @@ namespace {
 // adjacent groups, which compile() takes at any size.
 constexpr int kMaxRegionNodes = 8;
 
+// The heads of every family a region can hold, its views, and the elementwise ops.
 std::vector<std::string> region_ops() {
-  std::vector<std::string> ops = {"Conv",
-                                  "ConvTranspose",
-                                  "MatMul",
-                                  "Gemm",
-                                  "MaxPool",
-                                  "AveragePool",
-                                  "GlobalMaxPool",
-                                  "GlobalAveragePool",
-                                  "BatchNormalization",
-                                  "Flatten",
-                                  "Reshape"};
+  std::vector<std::string> ops;
+  for (const Family& f : families())
+    if (f.emit) ops.insert(ops.end(), f.ops.begin(), f.ops.end());
+  for (const char* view : {"Flatten", "Reshape"}) ops.push_back(view);
   for (const auto* list : {&unary_ops(), &binary_ops()})
     for (const std::string& op : *list)
       if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);

@@ -2,10 +2,10 @@
 // needs a GPU, and skips without one.
 #include <gtest/gtest.h>
 
+#include "gpu_test_util.h"
 #include "models/zoo.h"
+#include "op_test_util.h"
 #include "runtime/device_buffers.h"
-#include "unit/gpu_test_util.h"
-#include "unit/op_test_util.h"
 
 namespace collage {
 namespace {
@@ -76,7 +76,7 @@ TEST(CudaGraphDevice, RecapturesWhenItsBuffersMove) {
     DeviceBuffers out(device, host_out, false);
     k->run(in.views(), out.views());
     out.download(host_out);
-    EXPECT_LE(testing::tolerance_ratio(host_out, want), 1.0) << "round " << round;
+    EXPECT_TRUE(testing::outputs_match(host_out, want)) << "round " << round;
   }
 }
 
@@ -89,7 +89,7 @@ TEST(CudaGraphDevice, TinyZooModelsWholeOnTheGpu) {
     Session s(g, options);
     std::vector<Tensor> inputs = random_inputs(g, 1);
     Session reference(g, SessionOptions{});
-    EXPECT_LE(testing::tolerance_ratio(s.run(inputs), reference.run(inputs), 1e-3, 1e-4), 1.0)
+    EXPECT_TRUE(testing::outputs_match(s.run(inputs), reference.run(inputs), Tolerance{1e-3, 1e-4}))
         << name;
   }
 }

@@ -4,9 +4,9 @@
 
 #include <random>
 
-#include "unit/backend_test_util.h"
-#include "unit/gpu_test_util.h"
-#include "unit/op_test_util.h"
+#include "backend_test_util.h"
+#include "gpu_test_util.h"
+#include "op_test_util.h"
 
 namespace collage {
 namespace {
