@@ -1,7 +1,14 @@
 // The persistent cost database (SQLite): one row per (subgraph, backend+version, hardware).
 // A second tuning of the same model, or of one sharing layers, re-measures nothing known.
-// WAL mode + a busy timeout let several `collage tune` processes share one file; a file
-// that is corrupt or has a foreign schema is moved aside (with a warning) and recreated.
+//
+// Several `collage tune` processes share one file (WAL mode, a busy timeout). Opening is
+// careful because they may open it at the same moment (docs/DESIGN.md, "Cost database"):
+// the schema is inspected in one read transaction and created or migrated in one write
+// transaction that checks again; only what SQLite reports as not a database or corrupt, or
+// a schema that is not collage's, makes the file unusable, and such a file is moved aside
+// (kept for inspection) under an exclusive lock on `<path>.lock`, which every collage
+// process holds shared while it has the database open: a file another collage process uses
+// is never moved. A database that stays locked is an error naming the process holding it.
 #pragma once
 
 #include <optional>
@@ -35,8 +42,11 @@ class CostDb {
                               const std::string& backend_version, const std::string& hardware);
 
   std::optional<CostRecord> find(const std::string& key) const;
-  void put(const std::string& key, const std::string& backend, const std::string& hardware,
-           const std::string& subgraph_text, const CostRecord& record);
+  // Stores `record` under `key` unless the key already has one (another process measured it
+  // meanwhile): the first record written wins, so every reader of a key sees one value.
+  // Returns the record the database now holds.
+  CostRecord put(const std::string& key, const std::string& backend, const std::string& hardware,
+                 const std::string& subgraph_text, const CostRecord& record);
   int64_t size() const;
   int64_t size(const std::string& backend) const;  // rows of one backend (or record kind)
   const std::string& path() const { return path_; }
@@ -44,14 +54,16 @@ class CostDb {
   const std::string& moved_aside_to() const { return moved_aside_to_; }
 
  private:
-  bool open_and_check();
-  void create_schema();
-  void migrate_from_1();
-  void exec(const char* sql);
+  // Opens the connection and makes the schema current. False (with the reason) when the
+  // file is not a usable collage database; throws Error for anything else (busy, I/O).
+  bool open_usable(std::string& why);
+  void close_connection();
+  void move_aside(const std::string& why);
 
   std::string path_;
   std::string moved_aside_to_;
   sqlite3* db_ = nullptr;
+  int lock_fd_ = -1;  // <path>.lock, flock()ed shared while open
 };
 
 }  // namespace collage

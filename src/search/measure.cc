@@ -116,7 +116,8 @@ MeasureResult Measurer::measure(const Graph& model, const Candidate& candidate) 
     if (auto hit = db_->find(key.key)) return {*hit, true};
   CostRecord record = isolated_ ? isolated_->measure(sub, candidate, options_)
                                 : measure_uncached(sub, canonical_text(sub), candidate);
-  if (db_) db_->put(key.key, backend_label, hw.fingerprint(), key.text, record);
+  // Another process may have stored it meanwhile: every user of a key sees the first record.
+  if (db_) record = db_->put(key.key, backend_label, hw.fingerprint(), key.text, record);
   return {record, false};
 }
 

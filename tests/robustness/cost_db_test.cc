@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <regex>
@@ -110,6 +111,57 @@ std::string read(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// Issue 21: processes opening one new file at the same moment. One of them creates the
+// schema while the others inspect the file; a reader that saw the version before the
+// creator committed and its table after took the file for someone else's and moved it
+// aside (taking the other processes' rows with it). Here every process is released at the
+// same instant (they all block on one pipe until it closes), many rounds.
+TEST(CostDbAbuse, ProcessesOpeningOneFreshFileAtOnceAllKeepIt) {
+  constexpr int kProcesses = 8, kRounds = 25;
+  for (int round = 0; round < kRounds; ++round) {
+    TempDir dir;
+    const std::string path = dir.file("costs.db");
+    int go[2];
+    ASSERT_EQ(pipe(go), 0);
+    std::vector<pid_t> children;
+    for (int i = 0; i < kProcesses; ++i) {
+      pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        close(go[1]);
+        char c;
+        (void)!::read(go[0], &c, 1);  // returns at EOF: when the parent closes its end
+        int status = 0;
+        try {
+          CostDb db(path);
+          if (!db.moved_aside_to().empty()) status = 3;
+          db.put("k" + std::to_string(i), "b", "hw", "t", CostRecord{1.0 + i, true, ""});
+        } catch (...) {
+          status = 4;
+        }
+        _exit(status);
+      }
+      children.push_back(pid);
+    }
+    close(go[0]);
+    close(go[1]);
+    std::vector<int> statuses;
+    for (pid_t pid : children) {
+      int raw = 0;
+      waitpid(pid, &raw, 0);
+      statuses.push_back(WIFEXITED(raw) ? WEXITSTATUS(raw) : 100 + WTERMSIG(raw));
+    }
+    EXPECT_EQ(statuses, std::vector<int>(kProcesses, 0))
+        << "round " << round << ": 3 = moved aside, 4 = failed to open";
+    for (const auto& entry : fs::directory_iterator(dir.path()))
+      EXPECT_EQ(entry.path().filename().string().find(".unusable-"), std::string::npos)
+          << "round " << round << ": " << entry.path();
+    CostDb db(path);
+    EXPECT_EQ(db.size(), kProcesses) << "round " << round << ": rows were lost";
+    if (HasFailure()) break;
+  }
 }
 
 TEST(CostDbAbuse, TwoConcurrentTunersShareOneDatabase) {
