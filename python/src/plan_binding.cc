@@ -87,7 +87,7 @@ void show(const PlanHandle& h, const py::object& model, const py::object& svg,
   {
     py::gil_scoped_release release;
     Graph graph = load_model(*model_path, load);
-    if (h.plan.model_hash != model_hash(graph))
+    if (!plan_is_for(h.plan, graph))
       fail(ErrorKind::kInvalidArgument,
            "this plan was made for another model (plan model hash {}, {} has {})",
            h.plan.model_hash, *model_path, model_hash(graph));

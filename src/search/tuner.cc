@@ -43,6 +43,15 @@ CostRecord failed_record(const std::string& reason) {
   return record;
 }
 
+QueueOptions queue_options(const TuneOptions& options) {
+  QueueOptions q;
+  q.location = options.cost_db_path.empty() ? CostDb::default_path() : options.cost_db_path;
+  q.distributed = options.distributed;
+  q.claim_timeout_s = options.claim_timeout_s;
+  q.lease_s = options.lease_s;
+  return q;
+}
+
 class Tuner {
  public:
   Tuner(const Graph& graph, const TuneOptions& options)
@@ -53,7 +62,8 @@ class Tuner {
         machine_(this_machine(threads_)),
         backends_(select_backends(options.backends)),
         db_(options.cost_db_path.empty() ? CostDb::default_path() : options.cost_db_path),
-        costs_(graph, db_, machine_, threads_, options.isolate, options.isolate_timeout_s) {
+        costs_(graph, db_, machine_, threads_, options.isolate, options.isolate_timeout_s,
+               queue_options(options)) {
     result_.cost_db_path = db_.path();
   }
 
@@ -92,6 +102,7 @@ class Tuner {
     result_.candidates = stats.candidates;
     result_.cache_hits = stats.cache_hits;
     result_.measured = stats.measured;
+    result_.measured_elsewhere = stats.measured_elsewhere;
     result_.failed = stats.failed;
     result_.failures = stats.failures;
   }
