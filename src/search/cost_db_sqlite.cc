@@ -249,7 +249,7 @@ constexpr const char* kCreateJobs =
     " subgraph TEXT NOT NULL, machine TEXT NOT NULL, threads INTEGER NOT NULL,"
     " backend_version TEXT NOT NULL, request BLOB, owner TEXT,"
     " ready_at REAL NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, published_at REAL NOT NULL);"
-    "CREATE INDEX jobs_by_machine ON jobs (machine, ready_at);"
+    "CREATE INDEX jobs_queue ON jobs (machine, published_at, key);"
     "CREATE INDEX jobs_by_owner ON jobs (owner)";
 
 void create_schema(sqlite3* db) {
