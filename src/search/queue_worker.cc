@@ -10,6 +10,7 @@
 #include "plan/hardware.h"
 #include "runtime/threads.h"
 #include "search/cost_db.h"
+#include "search/cost_db_engines.h"
 #include "search/isolated_measurer.h"
 #include "search/measure_queue.h"
 
@@ -73,10 +74,17 @@ QueueWorkerStats run_queue_worker(const QueueWorkerOptions& options) {
     ++stats.measured;
     if (!record.ok) ++stats.failed;
     if (stored.measured_by != stats.owner) ++stats.stored_elsewhere;
+    // One line per job; bench/scale_out.py reads the timings (claim, measure, store, and
+    // when the job ended, in seconds since the epoch) from it.
     if (options.log)
       options.log(fmt::format(
-          "{} {} {}: {}", job->row.backend, job->threads, job->row.key.substr(0, 16),
-          record.ok ? fmt::format("{:.4f} ms", record.milliseconds) : "failed: " + record.reason));
+          "job {} {} x{} ({} request bytes): {}; claim {:.3f} ms, measure {:.3f} ms, store "
+          "{:.3f} ms, ended {:.6f}",
+          job->row.key.substr(0, 16), job->row.backend, job->threads, job->request.size(),
+          record.ok ? fmt::format("{:.4f} ms", record.milliseconds) : "failed: " + record.reason,
+          std::chrono::duration<double, std::milli>(t1 - t0).count(),
+          std::chrono::duration<double, std::milli>(t2 - t1).count(),
+          std::chrono::duration<double, std::milli>(Clock::now() - t2).count(), unix_now_s()));
     idle_since = Clock::now();
   }
   stats.wall_s = seconds_since(started);
