@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <random>
 #include <regex>
 
@@ -111,9 +112,12 @@ std::string CostDb::make_key(const std::string& canonical_subgraph, const std::s
 }
 
 const std::string& CostDb::owner() {
-  // Made again in a forked child (a new pid), which must not pass for its parent.
+  // Made again in a forked child (a new pid), which must not pass for its parent. The lease
+  // keeper's thread asks too.
+  static std::mutex mutex;
   static pid_t pid = 0;
   static std::string name;
+  std::lock_guard<std::mutex> lock(mutex);
   if (pid != ::getpid()) {
     pid = ::getpid();
     char host[256] = {};

@@ -15,9 +15,11 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -40,7 +42,15 @@ using Clock = std::chrono::steady_clock;
 
 // How long a statement waits for another process's lock before SQLITE_BUSY (a write
 // transaction here is a row or two: milliseconds; 30 s only passes when something is stuck).
-constexpr int kBusyTimeoutMs = 30000;
+// COLLAGE_COST_DB_BUSY_TIMEOUT (seconds) changes it.
+int busy_timeout_ms() {
+  static const int ms = [] {
+    const char* env = std::getenv("COLLAGE_COST_DB_BUSY_TIMEOUT");
+    double s = env && *env ? std::atof(env) : 30;
+    return static_cast<int>(std::max(0.0, s) * 1000);
+  }();
+  return ms;
+}
 // How long opening waits for `<path>.lock` (held exclusively only while a process moves an
 // unusable file aside and creates a new one: milliseconds).
 constexpr double kLockWaitS = 30;
@@ -448,7 +458,7 @@ bool SqliteCostDb::open_usable(std::string& why) {
     fail(ErrorKind::kIo, "cannot open cost database {}: {}", path_, message);
   }
   // Two tuners on one file wait for each other instead of failing with SQLITE_BUSY.
-  sqlite3_busy_timeout(db_, kBusyTimeoutMs);
+  sqlite3_busy_timeout(db_, busy_timeout_ms());
   try {
     // Read everything in one transaction: a creator committing between two reads (version
     // 0, then its new table) looked like someone else's database.
@@ -496,7 +506,7 @@ void SqliteCostDb::open_existing() {
     close_connection();
     fail(ErrorKind::kIo, "cannot open cost database {}: {}", path_, message);
   }
-  sqlite3_busy_timeout(db_, kBusyTimeoutMs);
+  sqlite3_busy_timeout(db_, busy_timeout_ms());
   Inspection found;
   try {
     exec_or_throw(db_, "BEGIN");
@@ -517,8 +527,10 @@ void SqliteCostDb::open_existing() {
 void SqliteCostDb::fail_io(const SqliteFailure& e) const {
   if (is_busy(e.code)) {
     std::string holders = lock_holders({path_, path_ + "-wal", path_ + "-shm"});
-    fail(ErrorKind::kIo, "cost database {} stayed locked for {} s{}: {}", path_,
-         kBusyTimeoutMs / 1000, holders.empty() ? "" : " by " + holders, e.what());
+    fail(ErrorKind::kIo,
+         "cost database {} stayed locked for {:g} s{} (COLLAGE_COST_DB_BUSY_TIMEOUT sets how "
+         "long to wait); nothing was changed: {}",
+         path_, busy_timeout_ms() / 1000.0, holders.empty() ? "" : " by " + holders, e.what());
   }
   fail(ErrorKind::kIo, "cost database {}: {}", path_, e.what());
 }
