@@ -24,6 +24,10 @@ PACKAGES=(
   pybind11-dev python3-dev python3-pytest
   # `collage show --svg`
   graphviz
+  # the PostgreSQL cost database (--cost-db postgresql://...): libpq to build it (without it
+  # the build skips it), and the server, which its tests and bench/scale_out.py start in a
+  # temporary folder (initdb/pg_ctl from /usr/lib/postgresql/*/bin; psql to inspect rows)
+  libpq-dev postgresql
   # `make fuzz` (libFuzzer needs clang and its runtime)
   clang-14 libclang-rt-14-dev
 )

@@ -49,5 +49,8 @@ struct Plan {
 // A digest of the imported graph (ops, attributes, shapes, constants' shapes and node
 // names): a plan is only valid for the graph it names.
 std::string model_hash(const Graph& graph);
+// Whether `plan` was made for `graph`: its model_hash is the graph's (or what collage
+// computed for it before the digest fix of cost-DB schema 3, so older plans still load).
+bool plan_is_for(const Plan& plan, const Graph& graph);
 
 }  // namespace collage

@@ -26,9 +26,11 @@ struct TuneProgress {
 struct TuneOptions {
   std::vector<std::string> backends;  // empty = every available backend; reference is always in
   Optimizer optimizer = Optimizer::kTwoLevel;
-  double budget_s = 60;      // wall clock for the graph-level search
-  std::string cost_db_path;  // empty = CostDb::default_path()
-  int threads = 0;           // 0 = all cores
+  double budget_s = 60;  // wall clock for the graph-level search
+  // A SQLite file, or a PostgreSQL database as a postgresql:// (or postgres://) URL;
+  // empty = CostDb::default_path().
+  std::string cost_db_path;
+  int threads = 0;  // 0 = all cores
   uint64_t seed = 1;
   std::function<void(const TuneProgress&)> progress;
   // Measure each candidate in a `collage measure-worker` process, so one that crashes or
@@ -36,6 +38,14 @@ struct TuneOptions {
   // without it measurement stays in-process with a warning.
   bool isolate = true;
   double isolate_timeout_s = 60;  // per candidate: compile, verify and timing together
+  // Publish the candidates to measure as jobs in the cost database, for `collage
+  // measure-worker` processes on machines of this one's hardware to claim; what none of them
+  // claims within claim_timeout_s is measured here. Meant for a PostgreSQL cost database.
+  bool distributed = false;
+  double claim_timeout_s = 10;
+  // How long a claimed measurement job stays ours without renewal (renewed every third of
+  // it while we live): a tuner or worker that dies leaves its jobs to others after this.
+  double lease_s = 30;
 };
 
 struct PlanTiming {
@@ -63,6 +73,9 @@ struct TuneResult {
   std::vector<PlanTiming> timings;   // tuned first, then each single-backend plan
   std::vector<BackendShare> shares;  // of the winning plan
   size_t candidates = 0, cache_hits = 0, measured = 0, failed = 0;
+  // Measured by other processes while this tune waited for them: a tuner of the same
+  // model at the same time, or measure-workers (tune --distributed).
+  size_t measured_elsewhere = 0;
   double step_overhead_ms = 0;
   size_t generations = 0, genomes_evaluated = 0;
   size_t plans_timed = 0;     // whole plans timed end to end (the rest came from the cost DB)

@@ -87,7 +87,7 @@ void show(const PlanHandle& h, const py::object& model, const py::object& svg,
   {
     py::gil_scoped_release release;
     Graph graph = load_model(*model_path, load);
-    if (h.plan.model_hash != model_hash(graph))
+    if (!plan_is_for(h.plan, graph))
       fail(ErrorKind::kInvalidArgument,
            "this plan was made for another model (plan model hash {}, {} has {})",
            h.plan.model_hash, *model_path, model_hash(graph));
@@ -118,7 +118,7 @@ Optimizer optimizer_from(const std::string& name) {
 PlanHandle tune(const py::object& path, const py::object& output, const py::object& backends,
                 double budget, const py::object& cost_db, int threads, const py::object& progress,
                 const std::optional<std::map<std::string, int64_t>>& dims,
-                const std::string& optimizer, bool isolate) {
+                const std::string& optimizer, bool isolate, bool distributed) {
   PlanHandle handle;
   std::string model_path = fspath(path);
   handle.model = std::filesystem::absolute(model_path).string();
@@ -129,6 +129,8 @@ PlanHandle tune(const py::object& path, const py::object& output, const py::obje
   options.budget_s = budget;
   options.threads = threads;
   options.isolate = isolate;
+  options.distributed = distributed;
+  // A path (str or os.PathLike) or a postgresql:// URL (os.fspath passes a str through).
   if (!cost_db.is_none()) options.cost_db_path = fspath(cost_db);
   if (py::isinstance<py::str>(backends)) {
     // "onednn,xnnpack" as on the command line.
@@ -235,6 +237,8 @@ void bind_plan(py::module_& m) {
       .def_readonly("timings", &TuneResult::timings, "tuned first, then each single backend")
       .def_readonly("candidates", &TuneResult::candidates)
       .def_readonly("measured", &TuneResult::measured)
+      .def_readonly("measured_elsewhere", &TuneResult::measured_elsewhere,
+                    "measured by other processes (another tuner, measure-workers) meanwhile")
       .def_readonly("cache_hits", &TuneResult::cache_hits)
       .def_readonly("failed", &TuneResult::failed)
       .def_readonly("failures", &TuneResult::failures, "one line per failed candidate")
@@ -303,20 +307,24 @@ the plan was tuned from).)doc")
         py::arg("backends") = py::none(), py::arg("budget") = 60.0, py::arg("cost_db") = py::none(),
         py::arg("threads") = 0, py::arg("progress") = true, py::kw_only(),
         py::arg("dims") = py::none(), py::arg("optimizer") = "two-level", py::arg("isolate") = true,
+        py::arg("distributed") = false,
         R"doc(
 Finds the fastest placement of the model at `path` on this machine and returns it (a Plan).
 
 output:   also save the plan there (JSON, for InferenceSession(plan=...) or `collage run`).
 backends: list of backend names (or "a,b,c"); default every available backend.
 budget:   seconds for the graph-level search.
-cost_db:  SQLite cost database (default ~/.cache/collage/costs.db): measurements are
-          reused by later tunes of any model sharing layers.
+cost_db:  cost database: a SQLite file (default ~/.cache/collage/costs.db) or a
+          postgresql://user@host/dbname URL; measurements are reused by later tunes of any
+          model sharing layers.
 threads:  thread budget (0 = all cores).
 progress: True: a bar on stderr when it is a terminal, a line every few seconds otherwise;
           False: quiet; a function: called with a TuneProgress instead.
 dims:     values of symbolic input dimensions. optimizer: "two-level" or "op-level".
 isolate:  measure candidates in a `collage measure-worker` process, so one that crashes
           fails alone (needs the collage CLI beside the module).
+distributed: publish the candidates as jobs in the cost database for `collage
+          measure-worker --cost-db URL` processes to measure (the CLI's tune --distributed).
 The GIL is released while it runs; Ctrl-C raises KeyboardInterrupt.)doc");
 }
 

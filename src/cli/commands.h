@@ -31,5 +31,7 @@ Action add_tune_command(CLI::App& app);
 Action add_show_command(CLI::App& app);
 Action add_bench_command(CLI::App& app);
 Action add_zoo_command(CLI::App& app);
+Action add_measure_worker_command(CLI::App& app);
+Action add_costs_command(CLI::App& app);
 
 }  // namespace collage::cli

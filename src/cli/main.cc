@@ -15,6 +15,7 @@
 #include "collage/backend.h"
 #include "collage/error.h"
 #include "collage/version.h"
+#include "search/cost_db.h"
 #include "search/isolated_measurer.h"
 
 namespace {
@@ -27,6 +28,10 @@ std::string version_text() {
     text += fmt::format("\n  {:<14} {} ({}{})", b->name(), b->version(),
                         collage::backend_kind_name(b->kind()),
                         b->available() ? "" : ", not available: " + b->unavailable_reason());
+  text += fmt::format("\ncost databases: sqlite{}",
+                      collage::CostDb::postgres_available()
+                          ? ", postgresql"
+                          : " (postgresql: not built, libpq was missing at configure time)");
   return text;
 }
 
@@ -53,17 +58,10 @@ int main(int argc, char** argv) {
   actions["show"] = collage::cli::add_show_command(app);
   actions["bench"] = collage::cli::add_bench_command(app);
   actions["zoo"] = collage::cli::add_zoo_command(app);
-  // Hidden (no group): `collage tune` starts it to measure candidates in isolation.
-  app.add_subcommand("measure-worker", "")->group("");
-  actions["measure-worker"] = [] {
-    // Ctrl-C reaches the whole process group: the tuner decides what an interrupt means
-    // (the CLI dies, the Python module raises KeyboardInterrupt), and its worker must not
-    // die first and have the candidate it was measuring recorded as crashed. The worker
-    // still exits when the tuner closes its end of the socket, and run_measure_worker asks
-    // for SIGKILL when the tuner dies, so a kernel hung in it cannot outlive the tuner.
-    std::signal(SIGINT, SIG_IGN);
-    return collage::run_measure_worker();
-  };
+  actions["costs"] = collage::cli::add_costs_command(app);
+  // With --cost-db: measures a shared database's jobs. Without: the isolated worker `collage
+  // tune` starts to measure candidates in (see measure_worker_command.cc).
+  actions["measure-worker"] = collage::cli::add_measure_worker_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,5 +1,6 @@
 // collage tune MODEL.onnx -o PLAN.json [--backends a,b,c] [--optimizer op-level|two-level]
-//                         [--budget S] [--cost-db PATH] [--threads N] [--json]
+//                         [--budget S] [--cost-db PATH|URL] [--threads N] [--json]
+//                         [--distributed [--claim-timeout S]] [--lease S]
 #include <fmt/core.h>
 #include <cmath>
 
@@ -26,14 +27,19 @@ struct TuneCommandOptions {
   bool json = false;
   bool isolate = true;
   double isolate_timeout = 60;
+  bool distributed = false;
+  double claim_timeout = 10;
+  double lease = 30;
 };
 
 void print_result(const TuneResult& r) {
   fmt::print(
-      "tuned in {:.1f} s: {} candidates ({} measured, {} cache hits, {} failed); "
+      "tuned in {:.1f} s: {} candidates ({} measured, {} cache hits, {}{} failed); "
       "step overhead {:.2f} us; cost db {}\n",
-      r.seconds, r.candidates, r.measured, r.cache_hits, r.failed, r.step_overhead_ms * 1000,
-      r.cost_db_path);
+      r.seconds, r.candidates, r.measured, r.cache_hits,
+      r.measured_elsewhere ? fmt::format("{} measured by other processes, ", r.measured_elsewhere)
+                           : std::string(),
+      r.failed, r.step_overhead_ms * 1000, r.cost_db_path);
   if (r.genomes_evaluated)
     fmt::print(
         "graph-level search: {} generations, {} plans evaluated (timed, or known from the cost "
@@ -106,6 +112,7 @@ nlohmann::json result_json(const TuneResult& r, const std::string& plan_path) {
           {"seconds", r.seconds},
           {"candidates", r.candidates},
           {"measured", r.measured},
+          {"measured_elsewhere", r.measured_elsewhere},
           {"cache_hits", r.cache_hits},
           {"failed", r.failed},
           {"failures", r.failures},
@@ -132,6 +139,9 @@ int run_tune(const TuneCommandOptions& o) {
   options.threads = o.threads;
   options.isolate = o.isolate;
   options.isolate_timeout_s = o.isolate_timeout;
+  options.distributed = o.distributed;
+  options.claim_timeout_s = o.claim_timeout;
+  options.lease_s = o.lease;
   ProgressBar bar;
   options.progress = [&](const TuneProgress& p) { bar.update(p); };
   TuneResult result = tune(graph, options);
@@ -163,7 +173,9 @@ Action add_tune_command(CLI::App& app) {
   cmd->add_option("--budget", o->budget, "seconds for the graph-level search")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--cost-db", o->cost_db, "cost database (default ~/.cache/collage/costs.db)");
+  cmd->add_option("--cost-db", o->cost_db,
+                  "cost database: a SQLite file (default ~/.cache/collage/costs.db) or a "
+                  "postgresql://user@host/dbname URL");
   cmd->add_option("--threads", o->threads, "thread budget (0 = all cores)")->capture_default_str();
   cmd->add_flag("-v,--verbose", o->verbose, "list every failed candidate");
   cmd->add_flag("--json", o->json,
@@ -173,6 +185,19 @@ Action add_tune_command(CLI::App& app) {
                 "alone (default on)");
   cmd->add_option("--isolate-timeout", o->isolate_timeout,
                   "seconds a candidate may take in the worker before it counts as hung")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--distributed", o->distributed,
+                "publish the candidates as jobs in the cost database for `collage "
+                "measure-worker` processes to measure (see the README's scale-out section)");
+  cmd->add_option("--claim-timeout", o->claim_timeout,
+                  "with --distributed: seconds before this process measures a job no worker "
+                  "has claimed")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--lease", o->lease,
+                  "seconds a claimed measurement job stays claimed without renewal (a process "
+                  "that dies leaves its jobs to others after this)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   return [o] { return run_tune(*o); };

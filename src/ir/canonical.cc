@@ -87,13 +87,25 @@ std::string canonical_text(const Graph& g) {
   return text;
 }
 
-std::string digest(const std::string& text) {
-  uint64_t h = 1469598103934665603ULL;
+namespace {
+
+std::string fnv1a_64(const std::string& text, uint64_t offset_basis) {
+  uint64_t h = offset_basis;
   for (unsigned char c : text) {
     h ^= c;
-    h *= 1099511628211ULL;
+    h *= 1099511628211ULL;  // the FNV 64-bit prime
   }
   return fmt::format("{:016x}", h);
+}
+
+}  // namespace
+
+std::string digest(const std::string& text) {
+  return fnv1a_64(text, 14695981039346656037ULL);  // the FNV-1a 64 offset basis
+}
+
+std::string digest_before_schema_3(const std::string& text) {
+  return fnv1a_64(text, 1469598103934665603ULL);
 }
 
 }  // namespace collage

@@ -14,5 +14,9 @@ namespace collage {
 std::string canonical_text(const Graph& subgraph);
 // A short stable digest of a string (FNV-1a 64, hex): for keys and file names.
 std::string digest(const std::string& text);
+// What `digest` computed until cost-DB schema 3: FNV-1a 64 with an offset basis a digit
+// short (1469598103934665603). Only to recognise what was digested with it: old cost-DB
+// keys (re-keyed by the schema 3 migration) and old plans' model hashes.
+std::string digest_before_schema_3(const std::string& text);
 
 }  // namespace collage

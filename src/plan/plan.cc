@@ -11,10 +11,24 @@ namespace collage {
 
 using nlohmann::json;
 
-std::string model_hash(const Graph& graph) {
+namespace {
+
+std::string model_text(const Graph& graph) {
   std::string names;
   for (const Node& n : graph.nodes()) names += n.name + "\n";
-  return digest(canonical_text(graph) + names);
+  return canonical_text(graph) + names;
+}
+
+}  // namespace
+
+std::string model_hash(const Graph& graph) {
+  return digest(model_text(graph));
+}
+
+bool plan_is_for(const Plan& plan, const Graph& graph) {
+  // Plans written before the digest was fixed (cost-DB schema 3) hold the old digest.
+  const std::string text = model_text(graph);
+  return plan.model_hash == digest(text) || plan.model_hash == digest_before_schema_3(text);
 }
 
 std::string Plan::to_json() const {

@@ -46,7 +46,7 @@ Session::Session(Graph graph, const SessionOptions& options)
 Session::Session(Graph graph, const Plan& plan, const SessionOptions& options)
     : threads_(resolve_threads(options.threads > 0 ? options.threads : plan.threads)),
       graph_(std::make_unique<Graph>(std::move(graph))) {
-  if (plan.model_hash != model_hash(*graph_))
+  if (!plan_is_for(plan, *graph_))
     fail(ErrorKind::kInvalidArgument,
          "this plan was made for another model (plan model hash {}, this model {}); re-run "
          "`collage tune`",

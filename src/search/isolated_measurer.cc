@@ -188,10 +188,18 @@ CostRecord IsolatedWorker::lost_worker(const std::string& why) {
   return r;
 }
 
+std::string measure_request(const Graph& subgraph, const Candidate& candidate,
+                            const MeasureOptions& options) {
+  return encode_request(model_to_bytes(subgraph), candidate, options);
+}
+
 CostRecord IsolatedWorker::measure(const Graph& subgraph, const Candidate& candidate,
                                    const MeasureOptions& options) {
+  return measure(measure_request(subgraph, candidate, options));
+}
+
+CostRecord IsolatedWorker::measure(const std::string& request) {
   if (pid_ < 0) start();
-  std::string request = encode_request(model_to_bytes(subgraph), candidate, options);
   if (!write_all(fd_, request.data(), request.size())) return lost_worker("");
   using Clock = std::chrono::steady_clock;
   auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);

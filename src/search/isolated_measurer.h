@@ -37,6 +37,8 @@ class IsolatedWorker {
   // `candidate` says (its nodes are ignored).
   CostRecord measure(const Graph& subgraph, const Candidate& candidate,
                      const MeasureOptions& options);
+  // The same for a request made by measure_request (a distributed job's, made elsewhere).
+  CostRecord measure(const std::string& request);
   int restarts() const { return starts_ > 0 ? starts_ - 1 : 0; }
 
  private:
@@ -50,6 +52,12 @@ class IsolatedWorker {
   int fd_ = -1;  // our end of a socketpair: the worker's stdin and protocol output
   int starts_ = 0;
 };
+
+// The request that asks a worker to measure `subgraph` as `candidate` says (its nodes are
+// ignored): header lines and the subgraph as ONNX bytes. What a job in the cost database's
+// queue carries to `collage measure-worker` processes on other machines.
+std::string measure_request(const Graph& subgraph, const Candidate& candidate,
+                            const MeasureOptions& options);
 
 // The worker's loop: requests on stdin, one result line each on the original stdout (stdout
 // itself is pointed at stderr, so kernels that print cannot corrupt the protocol). Returns

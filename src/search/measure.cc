@@ -105,19 +105,32 @@ void Measurer::evict_caches(const std::vector<Tensor>& inputs,
   sink = sum;
 }
 
-MeasureResult Measurer::measure(const Graph& model, const Candidate& candidate) {
-  Graph sub = extract_subgraph(model, candidate.nodes);
-  KernelKey key = kernel_key(sub, candidate, hardware_, options_.evict_bytes);
-  Hardware hw = with_devices(hardware_, {candidate.backend->device()});
-  hw.threads = candidate.threads;
-  const std::string backend_label = candidate.variant.empty()
-                                        ? candidate.backend->name()
+KernelJob kernel_job(const Graph& model, const Candidate& candidate, const Hardware& machine,
+                     size_t evict_bytes) {
+  KernelJob job;
+  job.subgraph = extract_subgraph(model, candidate.nodes);
+  job.key = kernel_key(job.subgraph, candidate, machine, evict_bytes);
+  job.label = candidate.variant.empty() ? candidate.backend->name()
                                         : candidate.backend->name() + "/" + candidate.variant;
+  // The fingerprint names the device too when the backend computes on one (GPU name, driver).
+  job.hardware = with_devices(machine, {candidate.backend->device()});
+  job.hardware.threads = candidate.threads;
+  return job;
+}
+
+CostRecord Measurer::measure_now(const KernelJob& job, const Candidate& candidate) {
+  return isolated_ ? isolated_->measure(job.subgraph, candidate, options_)
+                   : measure_uncached(job.subgraph, canonical_text(job.subgraph), candidate);
+}
+
+MeasureResult Measurer::measure(const Graph& model, const Candidate& candidate) {
+  KernelJob job = kernel_job(model, candidate, hardware_, options_.evict_bytes);
   if (db_)
-    if (auto hit = db_->find(key.key)) return {*hit, true};
-  CostRecord record = isolated_ ? isolated_->measure(sub, candidate, options_)
-                                : measure_uncached(sub, canonical_text(sub), candidate);
-  if (db_) db_->put(key.key, backend_label, hw.fingerprint(), key.text, record);
+    if (auto hit = db_->find(job.key.key)) return {*hit, true};
+  CostRecord record = measure_now(job, candidate);
+  // Another process may have stored it meanwhile: every user of a key sees the first record.
+  if (db_)
+    record = db_->put(job.key.key, job.label, job.hardware.fingerprint(), job.key.text, record);
   return {record, false};
 }
 

@@ -59,6 +59,17 @@ struct KernelKey {
 KernelKey kernel_key(const Graph& subgraph, const Candidate& candidate, const Hardware& machine,
                      size_t evict_bytes);
 
+// A kernel measurement made ready: the candidate's standalone subgraph and its record's key,
+// label (backend[/variant]) and hardware (the machine with the kernel's thread count).
+struct KernelJob {
+  Graph subgraph;
+  KernelKey key;
+  std::string label;
+  Hardware hardware;
+};
+KernelJob kernel_job(const Graph& model, const Candidate& candidate, const Hardware& machine,
+                     size_t evict_bytes);
+
 class Measurer {
  public:
   // `machine`: this machine; each measurement is keyed with its candidate's thread count.
@@ -66,6 +77,9 @@ class Measurer {
 
   // `candidate.nodes` of `model`, built and run as the candidate says.
   MeasureResult measure(const Graph& model, const Candidate& candidate);
+  // Measures `job` (made from `candidate`) now, whatever the cost DB holds, and stores
+  // nothing (the caller claimed the key in the job queue and stores the record).
+  CostRecord measure_now(const KernelJob& job, const Candidate& candidate);
   // Times an already compiled kernel on `inputs` with `threads`: the median in milliseconds.
   // A device kernel (`device` not null) gets tensors in device memory and is timed until
   // the device is done.

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
+#include <thread>
 
 #include "search/plan_records.h"
 
@@ -19,12 +21,14 @@ MeasureOptions measure_options(const Graph& model) {
 }  // namespace
 
 MeasuredCosts::MeasuredCosts(const Graph& model, CostDb& db, const Hardware& machine, int threads,
-                             bool isolate, double isolate_timeout_s)
+                             bool isolate, double isolate_timeout_s, QueueOptions queue)
     : model_(model),
       db_(db),
       machine_(machine),
       threads_(threads),
-      measurer_(&db, machine, measure_options(model)) {
+      measurer_(&db, machine, measure_options(model)),
+      queue_(std::move(queue)) {
+  if (queue_.location.empty()) queue_.location = db.path();
   if (!isolate) return;
   if (measure_worker_command().executable.empty()) {
     spdlog::warn(
@@ -37,12 +41,80 @@ MeasuredCosts::MeasuredCosts(const Graph& model, CostDb& db, const Hardware& mac
 
 MeasuredCosts::~MeasuredCosts() = default;
 
-MeasuredCosts::Result MeasuredCosts::measure(const Candidate& c) {
+void MeasuredCosts::keep_leases() {
+  if (!lease_keeper_)
+    lease_keeper_ = std::make_unique<LeaseKeeper>(queue_.location, queue_.lease_s);
+}
+
+MeasuredCosts::Result MeasuredCosts::remember(const Candidate& c, const CostRecord& record,
+                                              Origin origin) {
   MemoKey key{c.backend, c.variant, c.threads, c.nodes};
-  if (auto it = memo_.find(key); it != memo_.end()) return {it->second, true, ""};
-  MeasureResult r = measurer_.measure(model_, c);
-  memo_[key] = r.record.milliseconds;
-  return {r.record.milliseconds, r.cache_hit, r.record.ok ? "" : r.record.reason};
+  memo_[key] = record.milliseconds;
+  jobs_.erase(key);
+  return {record.milliseconds, origin, record.ok ? "" : record.reason};
+}
+
+MeasuredCosts::Result MeasuredCosts::measured_here(const Candidate& c, const KernelJob& job) {
+  CostRecord record;
+  try {
+    record = measurer_.measure_now(job, c);
+  } catch (...) {
+    // Give the key back at once rather than after the lease (an interrupt, a lost worker).
+    try {
+      db_.engine().release(job.key.key, CostDb::owner());
+    } catch (const std::exception&) {
+    }
+    throw;
+  }
+  // put() also ends the job; if another process stored the key meanwhile (our lease
+  // expired), every user of the key keeps the first record.
+  record = db_.put(job.key.key, job.label, job.hardware.fingerprint(), job.key.text, record);
+  return remember(c, record, Origin::kMeasuredHere);
+}
+
+std::optional<MeasuredCosts::Result> MeasuredCosts::try_measure(const Candidate& c, bool first) {
+  MemoKey key{c.backend, c.variant, c.threads, c.nodes};
+  if (auto it = memo_.find(key); it != memo_.end()) return Result{it->second, Origin::kKnown, ""};
+  auto job_it = jobs_.find(key);
+  if (job_it == jobs_.end())
+    job_it =
+        jobs_.emplace(key, kernel_job(model_, c, machine_, measurer_.options().evict_bytes)).first;
+  const KernelJob& job = job_it->second;
+  // A read first: a warm tune finds everything without a write transaction.
+  if (first)
+    if (std::optional<CostRecord> hit = db_.find(job.key.key))
+      return remember(c, *hit, Origin::kKnown);
+  keep_leases();
+  Claim claim = db_.engine().claim(queue_job(job, c, ""), CostDb::owner(), queue_.lease_s);
+  switch (claim.result) {
+    case Claim::Result::kMeasured:
+      return remember(c, claim.record, Origin::kMeasuredElsewhere);
+    case Claim::Result::kMine:
+      return measured_here(c, job);
+    case Claim::Result::kHeldElsewhere:
+      break;
+  }
+  return std::nullopt;
+}
+
+MeasuredCosts::Result MeasuredCosts::measure(const Candidate& c) {
+  for (bool first = true;; first = false) {
+    if (std::optional<Result> r = try_measure(c, first)) return *r;
+    // Another process measures it now: its record comes within a measurement's time, or
+    // its lease expires and the claim above takes the key over.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void MeasuredCosts::count(const Candidate& c, const Result& r) {
+  if (r.origin == Origin::kKnown) ++stats_.cache_hits;
+  if (r.origin == Origin::kMeasuredHere) ++stats_.measured;
+  if (r.origin == Origin::kMeasuredElsewhere) ++stats_.measured_elsewhere;
+  if (!r.failure.empty()) {
+    ++stats_.failed;
+    stats_.failures.push_back(fmt::format("{} on {} nodes from '{}': {}", c.label(), c.nodes.size(),
+                                          model_.node(c.nodes[0]).name, r.failure));
+  }
 }
 
 void MeasuredCosts::measure_all(std::vector<Candidate> candidates, const Progress& progress) {
@@ -51,30 +123,140 @@ void MeasuredCosts::measure_all(std::vector<Candidate> candidates, const Progres
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const Candidate& a, const Candidate& b) { return a.nodes < b.nodes; });
   stats_.candidates += candidates.size();
+  if (queue_.distributed) return measure_distributed(candidates, progress);
   double measuring_s = 0;
-  size_t measured = 0;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    const Candidate& c = candidates[i];
+  size_t measured = 0, done = 0;
+  auto report = [&](const Candidate& c) {
+    // ETA: the mean time of a measurement so far, times what is left (cache hits are free,
+    // so this errs on the long side).
+    double eta = measured ? measuring_s / measured * (candidates.size() - done) : -1;
+    if (progress) progress(done, candidates.size(), eta, c);
+  };
+  // Keys another process holds are left for later: it is measuring them now.
+  std::vector<const Candidate*> held;
+  for (const Candidate& c : candidates) {
     auto t0 = std::chrono::steady_clock::now();
-    Result r = measure(c);
-    if (r.cache_hit) {
-      ++stats_.cache_hits;
-    } else {
+    std::optional<Result> r = try_measure(c, true);
+    if (!r) {
+      held.push_back(&c);
+      continue;
+    }
+    if (r->origin == Origin::kMeasuredHere) {
       ++measured;
       measuring_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
-    if (!r.failure.empty()) {
-      ++stats_.failed;
-      stats_.failures.push_back(fmt::format("{} on {} nodes from '{}': {}", c.label(),
-                                            c.nodes.size(), model_.node(c.nodes[0]).name,
-                                            r.failure));
-    }
-    // ETA: the mean time of a measurement so far, times what is left (cache hits are free,
-    // so this errs on the long side).
-    double eta = measured ? measuring_s / measured * (candidates.size() - i - 1) : -1;
-    if (progress) progress(i + 1, candidates.size(), eta, c);
+    count(c, *r);
+    ++done;
+    report(c);
   }
-  stats_.measured += measured;
+  while (!held.empty()) {
+    std::vector<std::string> keys;
+    for (const Candidate* c : held)
+      keys.push_back(jobs_.at(MemoKey{c->backend, c->variant, c->threads, c->nodes}).key.key);
+    std::map<std::string, CostRecord> arrived;
+    for (auto& [key, record] : db_.engine().find_many(keys)) arrived[key] = record;
+    std::vector<const Candidate*> still;
+    for (size_t i = 0; i < held.size(); ++i) {
+      const Candidate& c = *held[i];
+      std::optional<Result> r;
+      if (auto it = arrived.find(keys[i]); it != arrived.end())
+        r = remember(c, it->second, Origin::kMeasuredElsewhere);
+      else
+        r = try_measure(c, false);  // takes the key over when its holder's lease expired
+      if (!r) {
+        still.push_back(&c);
+        continue;
+      }
+      count(c, *r);
+      ++done;
+      report(c);
+    }
+    held.swap(still);
+    if (!held.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void MeasuredCosts::measure_distributed(const std::vector<Candidate>& candidates,
+                                        const Progress& progress) {
+  size_t done = 0;
+  auto started = std::chrono::steady_clock::now();
+  auto report = [&](const Candidate& c) {
+    ++done;
+    // ETA from the rate results arrive at so far.
+    double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    double eta = done ? elapsed / done * (candidates.size() - done) : -1;
+    if (progress) progress(done, candidates.size(), eta, c);
+  };
+  // Every candidate not known yet becomes a job (one per key: candidates can share one).
+  std::map<std::string, std::vector<const Candidate*>> waiting;
+  std::vector<MeasureJob> jobs;
+  std::set<std::string> backend_versions;
+  for (const Candidate& c : candidates) {
+    MemoKey key{c.backend, c.variant, c.threads, c.nodes};
+    if (auto it = memo_.find(key); it != memo_.end()) {
+      count(c, {it->second, Origin::kKnown, ""});
+      report(c);
+      continue;
+    }
+    KernelJob job = kernel_job(model_, c, machine_, measurer_.options().evict_bytes);
+    if (std::optional<CostRecord> hit = db_.find(job.key.key)) {
+      count(c, remember(c, *hit, Origin::kKnown));
+      report(c);
+      continue;
+    }
+    std::vector<const Candidate*>& same = waiting[job.key.key];
+    if (same.empty()) {
+      jobs.push_back(queue_job(job, c, measure_request(job.subgraph, c, measurer_.options())));
+      backend_versions.insert(jobs.back().backend_version);
+    }
+    same.push_back(&c);
+    jobs_.emplace(key, std::move(job));
+  }
+  if (waiting.empty()) return;
+  db_.engine().publish(jobs);
+  jobs.clear();
+  keep_leases();
+  spdlog::info("published {} measurement jobs to {}", waiting.size(), db_.path());
+  // Workers claim the jobs; what none claims within claim_timeout_s is measured here.
+  JobFilter mine;
+  mine.machine = machine_class(machine_);
+  mine.max_threads = threads_;
+  mine.backend_versions.assign(backend_versions.begin(), backend_versions.end());
+  mine.claimable_for_s = queue_.claim_timeout_s;
+  auto settle = [&](const std::string& key, const CostRecord& record, Origin origin) {
+    std::vector<const Candidate*> same = std::move(waiting.at(key));
+    waiting.erase(key);
+    for (size_t i = 0; i < same.size(); ++i) {
+      Result r = remember(*same[i], record, i == 0 ? origin : Origin::kKnown);
+      count(*same[i], r);
+      report(*same[i]);
+    }
+  };
+  while (!waiting.empty()) {
+    std::vector<std::string> keys;
+    for (const auto& [key, same] : waiting) keys.push_back(key);
+    bool progressed = false;
+    for (auto& [key, record] : db_.engine().find_many(keys)) {
+      settle(key, record, Origin::kMeasuredElsewhere);
+      progressed = true;
+    }
+    if (waiting.empty()) break;
+    mine.keys.clear();
+    for (const auto& [key, same] : waiting) mine.keys.push_back(key);
+    if (std::optional<MeasureJob> job =
+            db_.engine().claim_next(mine, CostDb::owner(), queue_.lease_s)) {
+      const Candidate& c = *waiting.at(job->row.key).front();
+      Result r = measured_here(c, jobs_.at(MemoKey{c.backend, c.variant, c.threads, c.nodes}));
+      CostRecord record;
+      record.milliseconds = r.ms;
+      record.ok = r.failure.empty();
+      record.reason = r.failure;
+      settle(job->row.key, record, Origin::kMeasuredHere);
+      progressed = true;
+    }
+    if (!progressed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 double MeasuredCosts::cost_ms(const Candidate& candidate) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -16,19 +17,32 @@
 #include "search/cost_model.h"
 #include "search/isolated_measurer.h"
 #include "search/measure.h"
+#include "search/measure_queue.h"
 
 namespace collage {
 
 struct MeasureStats {
-  size_t candidates = 0, cache_hits = 0, measured = 0, failed = 0;
+  // measured: by this process; measured_elsewhere: by another process (a tuner at the same
+  // time, a measure-worker) while this tune waited for it.
+  size_t candidates = 0, cache_hits = 0, measured = 0, measured_elsewhere = 0, failed = 0;
   std::vector<std::string> failures;  // one line per failed candidate
+};
+
+// How measurements go through the cost database's job queue (search/measure_queue.h).
+struct QueueOptions {
+  std::string location;  // the cost database's path or URL (the lease keeper opens its own)
+  // Publish the candidates as jobs for `collage measure-worker` processes, and measure here
+  // only what none of them claimed within claim_timeout_s.
+  bool distributed = false;
+  double claim_timeout_s = 10;
+  double lease_s = kDefaultLeaseS;
 };
 
 class MeasuredCosts : public CostModel {
  public:
   // `threads`: the tuning's thread budget (the step overhead is measured for it).
   MeasuredCosts(const Graph& model, CostDb& db, const Hardware& machine, int threads, bool isolate,
-                double isolate_timeout_s);
+                double isolate_timeout_s, QueueOptions queue = {});
   ~MeasuredCosts() override;
 
   // Measures every candidate (the tuner's first phase), reporting after each.
@@ -44,12 +58,21 @@ class MeasuredCosts : public CostModel {
 
  private:
   using MemoKey = std::tuple<const Backend*, std::string, int, std::vector<NodeId>>;
+  enum class Origin { kKnown, kMeasuredHere, kMeasuredElsewhere };
   struct Result {
     double ms;
-    bool cache_hit;       // known before: in the cost DB, or measured earlier in this tune
+    Origin origin;        // kKnown: in the cost DB before, or measured earlier in this tune
     std::string failure;  // why it cannot run ("" when it can; only on a fresh lookup)
   };
+  // Waits for a key another process holds.
   Result measure(const Candidate& candidate);
+  // Empty while another process holds the candidate's key (`first`: the first look at it).
+  std::optional<Result> try_measure(const Candidate& candidate, bool first);
+  Result measured_here(const Candidate& c, const KernelJob& job);
+  Result remember(const Candidate& c, const CostRecord& record, Origin origin);
+  void count(const Candidate& c, const Result& r);
+  void measure_distributed(const std::vector<Candidate>& candidates, const Progress& progress);
+  void keep_leases();
 
   const Graph& model_;
   CostDb& db_;
@@ -58,6 +81,9 @@ class MeasuredCosts : public CostModel {
   Measurer measurer_;
   std::unique_ptr<IsolatedWorker> worker_;
   std::map<MemoKey, double> memo_;
+  std::map<MemoKey, KernelJob> jobs_;  // of candidates held by another process meanwhile
+  QueueOptions queue_;
+  std::unique_ptr<LeaseKeeper> lease_keeper_;  // started with the first claim
   double step_overhead_ms_ = -1, stage_overhead_ms_ = -1;
   std::map<std::tuple<const Device*, bool, size_t>, double> copy_ms_;
   MeasureStats stats_;

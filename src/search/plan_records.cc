@@ -54,8 +54,7 @@ CostRecord find_or_measure(CostDb& db, const RecordKey& key, const char* kind,
   auto start = std::chrono::steady_clock::now();
   CostRecord record = measure();
   record.spent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  db.put(key.key, kind, machine.fingerprint(), key.text, record);
-  return record;
+  return db.put(key.key, kind, machine.fingerprint(), key.text, record);
 }
 
 }  // namespace collage

@@ -35,6 +35,15 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+QueueOptions queue_options(const TuneOptions& options) {
+  QueueOptions q;
+  q.location = options.cost_db_path.empty() ? CostDb::default_path() : options.cost_db_path;
+  q.distributed = options.distributed;
+  q.claim_timeout_s = options.claim_timeout_s;
+  q.lease_s = options.lease_s;
+  return q;
+}
+
 class Tuner {
  public:
   Tuner(const Graph& graph, const TuneOptions& options)
@@ -45,7 +54,8 @@ class Tuner {
         machine_(this_machine(threads_)),
         backends_(select_backends(options.backends)),
         db_(options.cost_db_path.empty() ? CostDb::default_path() : options.cost_db_path),
-        costs_(graph, db_, machine_, threads_, options.isolate, options.isolate_timeout_s) {
+        costs_(graph, db_, machine_, threads_, options.isolate, options.isolate_timeout_s,
+               queue_options(options)) {
     result_.cost_db_path = db_.path();
   }
 
@@ -84,6 +94,7 @@ class Tuner {
     result_.candidates = stats.candidates;
     result_.cache_hits = stats.cache_hits;
     result_.measured = stats.measured;
+    result_.measured_elsewhere = stats.measured_elsewhere;
     result_.failed = stats.failed;
     result_.failures = stats.failures;
   }

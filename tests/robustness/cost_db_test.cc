@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <regex>
 #include <sstream>
 
+#include "ir/canonical.h"
 #include "model_builder.h"
 #include "search/cost_db.h"
 
@@ -81,6 +83,45 @@ TEST(CostDbAbuse, Version1IsMigratedKeepingItsRows) {
   EXPECT_DOUBLE_EQ(fresh->spent_s, 0.75);
 }
 
+// The published FNV-1a 64 test vectors (offset basis 0xcbf29ce484222325): what keys and
+// model hashes are made of since schema 3.
+TEST(CostDbKeys, DigestIsFnv1a64) {
+  EXPECT_EQ(digest(""), "cbf29ce484222325");
+  EXPECT_EQ(digest("a"), "af63dc4c8601ec8c");
+  EXPECT_EQ(digest("foobar"), "85944171f73967e8");
+}
+
+// Schema 3 fixed the digest keys are made of (FNV-1a's offset basis). A version-2 file keeps
+// its kernel records under their new keys, drops whole-plan latencies (their text holds the
+// old model hash), and keeps rows whose key it cannot recompute as they were.
+TEST(CostDbAbuse, Version2IsMigratedToTheFixedDigest) {
+  TempDir dir;
+  std::string path = dir.file("costs.db");
+  const std::string text = "Relu f32[4]\n", hw = "some cpu | avx2 | 1 threads";
+  const std::string old_key =
+      digest_before_schema_3(text) + "|onednn|2.6.3|" + digest_before_schema_3(hw);
+  ASSERT_NE(old_key, CostDb::make_key(text, "onednn", "2.6.3", hw));
+  sql(path,
+      "CREATE TABLE costs (key TEXT PRIMARY KEY, backend TEXT NOT NULL, hardware TEXT NOT NULL,"
+      " subgraph TEXT NOT NULL, cost_ms REAL, ok INTEGER NOT NULL, reason TEXT,"
+      " measured_at TEXT DEFAULT CURRENT_TIMESTAMP, spent_s REAL DEFAULT 0);"
+      "INSERT INTO costs (key, backend, hardware, subgraph, cost_ms, ok, reason) VALUES ('" +
+          old_key + "', 'onednn', '" + hw + "', '" + text +
+          "', 1.5, 1, ''),"
+          " ('planbefore', 'plan', 'hw', 'plan 0123 threads 1', 9.0, 1, ''),"
+          " ('odd', 'blas', 'hw', 'text', 2.5, 1, '');"
+          "PRAGMA user_version = 2;");
+  CostDb db(path);
+  EXPECT_TRUE(db.moved_aside_to().empty());
+  std::optional<CostRecord> kernel = db.find(CostDb::make_key(text, "onednn", "2.6.3", hw));
+  ASSERT_TRUE(kernel);
+  EXPECT_DOUBLE_EQ(kernel->milliseconds, 1.5);
+  EXPECT_FALSE(db.find(old_key));
+  EXPECT_FALSE(db.find("planbefore"));
+  EXPECT_TRUE(db.find("odd"));
+  EXPECT_EQ(db.size(), 2);
+}
+
 TEST(CostDbAbuse, NewerSchemaIsMovedAside) {
   TempDir dir;
   std::string path = dir.file("costs.db");
@@ -112,6 +153,57 @@ std::string read(const std::string& path) {
   return s.str();
 }
 
+// Issue 21: processes opening one new file at the same moment. One of them creates the
+// schema while the others inspect the file; a reader that saw the version before the
+// creator committed and its table after took the file for someone else's and moved it
+// aside (taking the other processes' rows with it). Here every process is released at the
+// same instant (they all block on one pipe until it closes), many rounds.
+TEST(CostDbAbuse, ProcessesOpeningOneFreshFileAtOnceAllKeepIt) {
+  constexpr int kProcesses = 8, kRounds = 25;
+  for (int round = 0; round < kRounds; ++round) {
+    TempDir dir;
+    const std::string path = dir.file("costs.db");
+    int go[2];
+    ASSERT_EQ(pipe(go), 0);
+    std::vector<pid_t> children;
+    for (int i = 0; i < kProcesses; ++i) {
+      pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        close(go[1]);
+        char c;
+        (void)!::read(go[0], &c, 1);  // returns at EOF: when the parent closes its end
+        int status = 0;
+        try {
+          CostDb db(path);
+          if (!db.moved_aside_to().empty()) status = 3;
+          db.put("k" + std::to_string(i), "b", "hw", "t", CostRecord{1.0 + i, true, ""});
+        } catch (...) {
+          status = 4;
+        }
+        _exit(status);
+      }
+      children.push_back(pid);
+    }
+    close(go[0]);
+    close(go[1]);
+    std::vector<int> statuses;
+    for (pid_t pid : children) {
+      int raw = 0;
+      waitpid(pid, &raw, 0);
+      statuses.push_back(WIFEXITED(raw) ? WEXITSTATUS(raw) : 100 + WTERMSIG(raw));
+    }
+    EXPECT_EQ(statuses, std::vector<int>(kProcesses, 0))
+        << "round " << round << ": 3 = moved aside, 4 = failed to open";
+    for (const auto& entry : fs::directory_iterator(dir.path()))
+      EXPECT_EQ(entry.path().filename().string().find(".unusable-"), std::string::npos)
+          << "round " << round << ": " << entry.path();
+    CostDb db(path);
+    EXPECT_EQ(db.size(), kProcesses) << "round " << round << ": rows were lost";
+    if (HasFailure()) break;
+  }
+}
+
 TEST(CostDbAbuse, TwoConcurrentTunersShareOneDatabase) {
   TempDir dir;
   ModelBuilder b;
@@ -137,6 +229,12 @@ TEST(CostDbAbuse, TwoConcurrentTunersShareOneDatabase) {
   std::string out1 = read(dir.file("out1"));
   ASSERT_TRUE(std::regex_search(out1, m, std::regex("(\\d+) candidates"))) << out1;
   int candidates = std::stoi(m[1]);
+  int measured = 0;
+  for (const char* out : {"out1", "out2"}) {
+    std::string text = read(dir.file(out));
+    ASSERT_TRUE(std::regex_search(text, m, std::regex("\\((\\d+) measured"))) << text;
+    measured += std::stoi(m[1]);
+  }
   // One row per distinct (subgraph, backend): whoever measured first, nothing twice or lost.
   CostDb costs(db);
   EXPECT_TRUE(costs.moved_aside_to().empty());
@@ -145,6 +243,8 @@ TEST(CostDbAbuse, TwoConcurrentTunersShareOneDatabase) {
                           costs.size("step-overhead");
   EXPECT_GT(kernels, 0);
   EXPECT_LE(kernels, candidates);
+  // Each key measured by one of the two (they claim keys in the job queue).
+  EXPECT_EQ(measured, kernels);
   EXPECT_EQ(costs.size("step-overhead"), 1);
   // A third run finds everything measured.
   int third = std::system(tune(3).c_str());
