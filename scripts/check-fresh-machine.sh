@@ -10,6 +10,10 @@
 #                                                  # untracked-but-not-ignored files)
 #   FRESH_KEEP=1 ...                               # keep the root afterwards (printed)
 #   FRESH_TESTS='-L unit' ...                      # the ctest selection run after the demo
+#                                                  # (default: every label whose tests need
+#                                                  # a package of their own: unit, python,
+#                                                  # cli, install, costdb, and the models
+#                                                  # tests' PyTorch export)
 #   FRESH_MIRROR=http://deb.debian.org/debian ...  # default: the machine's own apt mirror
 #
 # Needs root (debootstrap, chroot, mounts), the debootstrap package, network access to the
@@ -35,7 +39,10 @@ if [ -z "$mirror" ]; then
            head -n 1 || true)
 fi
 mirror=${mirror:-http://deb.debian.org/debian}
-TESTS=${FRESH_TESTS:--L unit}
+# The default reaches every package the tests use: pybind11 + numpy + pytest (python, cli),
+# CMake's find_package of an installed tree (install), the PostgreSQL server (costdb), and
+# python3-torch/torchvision/onnx (models_export writes the exported models).
+TESTS=${FRESH_TESTS:--L 'unit|python|cli|install|costdb|models_export'}
 
 ROOT=$(mktemp -d "${TMPDIR:-/var/tmp}/collage-fresh.XXXXXX")
 start=$(date +%s)
