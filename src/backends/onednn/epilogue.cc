@@ -320,7 +320,8 @@ static std::vector<PostOp> fold_for_injector(const std::vector<PostOp>& ops) {
 }
 
 BoundPostOps bind_post_ops(const std::vector<PostOp>& unfolded, const Shape& dst_shape,
-                           const ShapeMapper& map, ValueMemories& values, bool allow_sum) {
+                           const ShapeMapper& map, ValueMemories& values, bool allow_sum,
+                           const dnnl::memory::desc* dst_layout) {
   BoundPostOps bound;
   auto mapped = [&](const Shape& s) {
     std::optional<Shape> m = map(s);
@@ -348,9 +349,13 @@ BoundPostOps bind_post_ops(const std::vector<PostOp>& unfolded, const Shape& dst
       ++index;
       continue;
     }
-    dnnl::memory::desc md = plain_md(mapped(op.operand_shape));
-    dnnl::memory m =
-        runtime ? values.view(op.operand, md) : values.program().constant(op.constant, md, md);
+    const dnnl::memory::desc plain = plain_md(mapped(op.operand_shape));
+    const bool in_dst_layout =
+        dst_layout && op.operand_shape == dst_shape && dst_layout->dims() == plain.dims();
+    const dnnl::memory::desc md = in_dst_layout ? *dst_layout : plain;
+    dnnl::memory m = !runtime        ? values.program().constant(op.constant, plain, md)
+                     : in_dst_layout ? values.read(op.operand, md)
+                                     : values.view(op.operand, md);
     bound.ops.append_binary(op.alg, md);
     bound.args.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1, m);
     ++index;

@@ -73,8 +73,13 @@ using ShapeMapper = std::function<std::optional<Shape>(const Shape&)>;
 // 2.6's binary primitive computed sign-flipped results with it (found by the conformance
 // suite on mvn_expanded), its pooling ignored it (NASNet), and a sum with scale -1 (Sub)
 // misbehaved too.
+// With `dst_layout` (the primitive's destination layout, when known before the post-ops
+// are), an operand of the destination's full shape is read in that layout: oneDNN 2.6's jit
+// pooling on a blocked source read a row-major one as if it were blocked (a residual Add
+// after a pool in a region came out 2e4x off tolerance).
 BoundPostOps bind_post_ops(const std::vector<PostOp>& ops, const Shape& dst_shape,
-                           const ShapeMapper& map, ValueMemories& values, bool allow_sum = true);
+                           const ShapeMapper& map, ValueMemories& values, bool allow_sum = true,
+                           const dnnl::memory::desc* dst_layout = nullptr);
 
 // Removes a leading "add a constant broadcast along `axis` only" from `ops` and returns it
 // as a per-channel vector of `channels` values (a bias the primitive adds itself).

@@ -32,6 +32,12 @@ const std::vector<std::string>& binary_ops() {
   return ops;
 }
 
+bool is_view_op(const Node& n) {
+  const std::string& t = n.op_type;
+  return n.domain.empty() && (t == "Flatten" || t == "Reshape" || t == "Squeeze" ||
+                              t == "Unsqueeze" || t == "Identity");
+}
+
 bool primitive_head(const Graph& g, const Node& n) {
   if (!n.domain.empty() || n.outputs.empty() || !is_f32(g, n.input(0)) || !is_f32(g, n.outputs[0]))
     return false;
@@ -95,11 +101,13 @@ void emit_group(const Graph& sub, ValueMemories& values) {
   if (!first.domain.empty())
     fail(ErrorKind::kUnsupported, "onednn: op {}.{}", first.domain, first.op_type);
   const std::string& t = first.op_type;
-  if ((t == "Flatten" || t == "Reshape") && sub.num_nodes() == 1) {
+  if (is_view_op(first) && sub.num_nodes() == 1) {
     require_f32(sub, first.input(0), "reshaped value");
     values.reshape(first.outputs[0], first.input(0), sub.value(first.outputs[0]).shape);
     return;
   }
+  if ((t == "Reshape" && sub.num_nodes() == 3) || layout_head(sub, first))
+    return emit_layout(sub, values);
   if (t == "Conv" || t == "ConvTranspose") return emit_conv(sub, values);
   if (t == "MatMul" || t == "Gemm") return emit_matmul(sub, values);
   if (t == "MaxPool" || t == "AveragePool" || t == "GlobalMaxPool" || t == "GlobalAveragePool")

@@ -28,7 +28,17 @@ std::vector<std::string> region_ops() {
                                   "GlobalAveragePool",
                                   "BatchNormalization",
                                   "Flatten",
-                                  "Reshape"};
+                                  "Reshape",
+                                  "Squeeze",
+                                  "Unsqueeze",
+                                  "Identity",
+                                  "Concat",
+                                  "Slice",
+                                  "Split",
+                                  "Transpose",
+                                  "Pad",
+                                  "ReduceMean",
+                                  "ReduceMax"};
   for (const auto* list : {&unary_ops(), &binary_ops()})
     for (const std::string& op : *list)
       if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);

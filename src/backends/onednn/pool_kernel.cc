@@ -76,24 +76,29 @@ void emit_pool(const Graph& sub, ValueMemories& values) {
       is_plain(src.get_desc()) ? plain_md(ys) : dnnl::memory::desc(to_dims(ys), dt::f32, tag::any);
   // No sum post-op: oneDNN 2.6's pooling ignores it (the residual Add of NASNet's cells
   // came out as the pool alone); a binary add post-op is exact.
-  BoundPostOps post = bind_post_ops(
-      tail.ops, ys, [](const Shape& s) { return std::optional<Shape>(s); }, values,
-      /*allow_sum=*/false);
-  dnnl::primitive_attr attr = base_attr();
-  attr.set_post_ops(post.ops);
   const dnnl::algorithm alg = is_max        ? dnnl::algorithm::pooling_max
                               : include_pad ? dnnl::algorithm::pooling_avg_include_padding
                                             : dnnl::algorithm::pooling_avg_exclude_padding;
-  auto pd = create_pd("pooling", [&] {
-    return dnnl::pooling_v2_forward::primitive_desc(
-        dnnl::pooling_v2_forward::desc(dnnl::prop_kind::forward_inference, alg, src.get_desc(),
-                                       dst_md, strides, kernel, dilates, pad_l, pad_r),
-        attr, cpu_engine());
-  });
+  auto make_pd = [&](const dnnl::primitive_attr& attr) {
+    return create_pd("pooling", [&] {
+      return dnnl::pooling_v2_forward::primitive_desc(
+          dnnl::pooling_v2_forward::desc(dnnl::prop_kind::forward_inference, alg, src.get_desc(),
+                                         dst_md, strides, kernel, dilates, pad_l, pad_r),
+          attr, cpu_engine());
+    });
+  };
+  // The destination's layout (the source's) before the post-ops are bound: an operand of
+  // the output's shape must be read in it (see bind_post_ops).
+  const dnnl::memory::desc out_layout = make_pd(base_attr()).dst_desc();
+  BoundPostOps post = bind_post_ops(
+      tail.ops, ys, [](const Shape& s) { return std::optional<Shape>(s); }, values,
+      /*allow_sum=*/false, &out_layout);
+  dnnl::primitive_attr attr = base_attr();
+  attr.set_post_ops(post.ops);
+  auto pd = make_pd(attr);
   // A post-op on a row-major source gets oneDNN 2.6's generic "simple_nchw" pooling, 20-50x
-  // slower than its jit kernel (NASNet's pool + Add pairs: 0.4-1.6 ms each). Reading the
-  // source in channel blocks gets the jit kernel, but its binary post-op then reads a
-  // row-major addend wrongly (measured: NASNet's output off by 35 %), so that is not done.
+  // slower than its jit kernel (NASNet's pool + Add pairs: 0.4-1.6 ms each). A blocked
+  // source (inside a region) gets the jit kernel, with the addend read in its layout.
   if (sub.num_nodes() > 1 && is_reference_impl(pd.impl_info_str()))
     fail(ErrorKind::kUnsupported, "onednn: no optimized pooling with these post-ops");
   dnnl::memory dst = values.destination(tail.out, pd.dst_desc());

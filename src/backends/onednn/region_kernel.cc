@@ -6,16 +6,13 @@
 
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/groups.h"
+#include "backends/onednn/kernels.h"
 
 namespace collage::onednn {
 namespace {
 
 bool is_f32(const Graph& g, ValueId v) {
   return v != kNoValue && g.value(v).dtype == DType::kFloat32;
-}
-
-bool is_view_op(const Node& n) {
-  return n.domain.empty() && (n.op_type == "Flatten" || n.op_type == "Reshape");
 }
 
 // A head and the tail steps that may follow it, longest first tried.
@@ -33,11 +30,12 @@ struct Group {
 
 class RegionCompiler {
  public:
+  // Zero Pads before convolutions and pools are folded into their padding first.
   explicit RegionCompiler(const Graph& region)
-      : region_(region),
-        consumers_(region.consumers()),
-        covered_(region.num_nodes(), false),
-        emitted_(region.num_nodes(), false),
+      : region_(fold_pads(region)),
+        consumers_(region_.consumers()),
+        covered_(region_.num_nodes(), false),
+        emitted_(region_.num_nodes(), false),
         values_(program_) {}
 
   std::unique_ptr<Kernel> compile() {
@@ -73,7 +71,16 @@ class RegionCompiler {
     group.head = head;
     covered_[head] = true;
     const Node& node = region_.node(head);
-    if (is_view_op(node)) return group;
+    if (node.op_type == "Reshape") {
+      // A channel shuffle is one group (one primitive); a lone Reshape is a view.
+      if (std::optional<std::vector<NodeId>> rest = channel_shuffle(region_, consumers_, head);
+          rest && std::none_of(rest->begin(), rest->end(), [&](NodeId n) { return covered_[n]; })) {
+        for (NodeId n : *rest) covered_[n] = true;
+        group.steps.push_back(*rest);
+      }
+      return group;
+    }
+    if (is_view_op(node) || layout_head(region_, node)) return group;
     ValueId cur = node.outputs[0];
     for (int k = 0; k < kMaxTail; ++k) {
       std::optional<TailStep> step = next_tail_step(region_, consumers_, cur);
@@ -146,7 +153,7 @@ class RegionCompiler {
     for (NodeId n : nodes) emitted_[n] = true;
   }
 
-  const Graph& region_;
+  const Graph region_;
   const Consumers consumers_;
   std::vector<bool> covered_;
   std::vector<bool> emitted_;
@@ -161,9 +168,14 @@ class RegionCompiler {
 bool region_node(const Graph& g, const Node& n) {
   if (!n.domain.empty() || n.outputs.empty()) return false;
   const std::string& t = n.op_type;
-  if (t == "Flatten" || t == "Reshape")
+  if (is_view_op(n)) {
+    // Reshape's shape and opset-13 Squeeze/Unsqueeze's axes are constants, not inputs.
+    const ValueId second = n.input(1);
+    const bool constant_second = second != kNoValue && g.value(second).is_constant();
     return n.outputs.size() == 1 && is_f32(g, n.input(0)) && g.value(n.outputs[0]).shape_known &&
-           (t == "Flatten" || (n.input(1) != kNoValue && g.value(n.input(1)).is_constant()));
+           (t == "Reshape" ? constant_second : second == kNoValue || constant_second);
+  }
+  if (layout_head(g, n)) return true;
   if (t == "BatchNormalization") {
     for (size_t i = 1; i < n.outputs.size(); ++i)
       if (n.outputs[i] != kNoValue) return false;
