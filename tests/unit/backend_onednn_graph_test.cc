@@ -296,6 +296,64 @@ TEST(OnednnGraphBackend, PadsFoldedAndReal) {
   }
 }
 
+// Every pooling form a CNN exports, on a blocked (region) source: ceil mode, padding
+// counted or not, asymmetric pads, strides, dilations (max), global pools.
+TEST(OnednnGraphBackend, PoolingFormsInRegion) {
+  std::mt19937 rng(20);
+  for (int trial = 0; trial < 16; ++trial) {
+    GraphBuilder b;
+    const int64_t c = channels(rng), h = pick(rng, 5, 14), w = pick(rng, 5, 14);
+    ValueId x = b.input("x", DType::kFloat32, {1, 8, h, w});
+    ValueId y = conv1x1(b, x, 8, c);
+    const bool is_max = trial % 2 == 0;
+    const int64_t k = pick(rng, 2, 3), s = pick(rng, 1, 2);
+    const int64_t pt = pick(rng, 0, k - 1), pl = pick(rng, 0, k - 1);
+    const int64_t pb = pick(rng, 0, k - 1), pr = pick(rng, 0, k - 1);
+    std::map<std::string, Attribute> attrs = {{"kernel_shape", attr_ints({k, k})},
+                                              {"strides", attr_ints({s, s})},
+                                              {"pads", attr_ints({pt, pl, pb, pr})},
+                                              {"ceil_mode", attr_i(trial % 4 < 2 ? 1 : 0)}};
+    if (is_max && trial % 3 == 0) attrs["dilations"] = attr_ints({2, 1});
+    if (!is_max) attrs["count_include_pad"] = attr_i(trial % 8 < 4 ? 1 : 0);
+    ValueId pooled = b.add1(is_max ? "MaxPool" : "AveragePool", {y}, attrs);
+    b.output(conv1x1(b, pooled, c, 4));
+    b.output(b.add1(is_max ? "GlobalMaxPool" : "GlobalAveragePool", {y}));
+    std::string what = std::string(is_max ? "max" : "avg") + " k" + std::to_string(k) + " s" +
+                       std::to_string(s) + " pads " + std::to_string(pt) + std::to_string(pl) +
+                       std::to_string(pb) + std::to_string(pr) + " trial " + std::to_string(trial);
+    expect_like_reference(b.graph(), what);
+  }
+}
+
+// Ceil mode whose last window reaches past the end padding, counting padding: the
+// divisor counts the padding but not the reach beyond it (ONNX, PyTorch).
+TEST(OnednnGraphBackend, CeilModeAveragePoolCountingPadding) {
+  for (int64_t pad : {0, 1}) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 8, 6, 7});
+    ValueId y = conv1x1(b, x, 8, 24);
+    b.output(b.add1("AveragePool", {y},
+                    {{"kernel_shape", attr_ints({3, 3})},
+                     {"strides", attr_ints({2, 2})},
+                     {"pads", attr_ints({pad, pad, pad, pad})},
+                     {"ceil_mode", attr_i(1)},
+                     {"count_include_pad", attr_i(1)}}));
+    expect_like_reference(b.graph(),
+                          "ceil-mode average counting padding, pads " + std::to_string(pad));
+    // Alone, on a row-major source, on the op-level backend.
+    GraphBuilder alone;
+    ValueId a = alone.input("x", DType::kFloat32, {2, 5, 7, 6});
+    alone.output(alone.add1("AveragePool", {a},
+                            {{"kernel_shape", attr_ints({3, 2})},
+                             {"strides", attr_ints({2, 2})},
+                             {"pads", attr_ints({pad, 0, pad, 0})},
+                             {"ceil_mode", attr_i(1)},
+                             {"count_include_pad", attr_i(1)}}));
+    testing::expect_like_reference(BackendRegistry::global().get("onednn"), alone.graph(),
+                                   "alone, pads " + std::to_string(pad));
+  }
+}
+
 // A pool whose source is blocked followed by a residual Add: oneDNN 2.6's jit pooling
 // reads a binary post-op operand in the destination's layout.
 TEST(OnednnGraphBackend, PoolPlusResidualAddInRegion) {

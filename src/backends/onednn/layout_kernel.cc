@@ -12,6 +12,7 @@
 
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/kernels.h"
+#include "ops/tensor_util.h"
 
 namespace collage::onednn {
 namespace {
@@ -75,30 +76,17 @@ struct Cut {
   Dims offsets;
 };
 
-// Slice with unit steps: its start per axis (the output shape is already inferred).
+// Slice with unit steps: where it starts in its input.
 std::optional<Cut> slice_cut(const Graph& g, const Node& n) {
-  const Shape& in = g.value(n.input(0)).shape;
-  const bool attrs = g.opset < 10 || n.input(1) == kNoValue;
-  std::vector<int64_t> starts, axes, steps;
+  ops::SliceSpec spec;
   try {
-    starts = attrs ? n.attr_ints("starts") : ints_of(g, n, 1, "starts");
-    axes = attrs ? n.attr_ints("axes") : ints_of(g, n, 3, "axes");
-    steps = attrs ? std::vector<int64_t>{} : ints_of(g, n, 4, "steps");
+    spec = ops::slice_spec(InferContext(g, n));
   } catch (const Error&) {
+    return std::nullopt;  // starts/ends/axes/steps computed at run time
+  }
+  if (std::any_of(spec.step.begin(), spec.step.end(), [](int64_t s) { return s != 1; }))
     return std::nullopt;
-  }
-  if (axes.empty())
-    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
-  if (steps.empty()) steps.assign(starts.size(), 1);
-  if (axes.size() != starts.size() || steps.size() != starts.size()) return std::nullopt;
-  Cut cut{n.outputs[0], Dims(in.size(), 0)};
-  for (size_t i = 0; i < starts.size(); ++i) {
-    const int64_t a = normalize_axis(axes[i], in.size());
-    if (a < 0 || a >= static_cast<int64_t>(in.size()) || steps[i] != 1) return std::nullopt;
-    int64_t b = starts[i] < 0 ? starts[i] + in[a] : starts[i];
-    cut.offsets[a] = std::clamp<int64_t>(b, 0, in[a]);
-  }
-  return cut;
+  return Cut{n.outputs[0], Dims(spec.start.begin(), spec.start.end())};
 }
 
 // Split: each output starts where the previous one ended along the axis.
@@ -131,40 +119,26 @@ struct PadSpec {
   float value = 0;
 };
 
-// A constant-mode Pad with constant pads (negative ones crop: not taken).
+// A constant-mode Pad with constant pads and value (negative pads crop: not taken).
 std::optional<PadSpec> pad_spec(const Graph& g, const Node& n) {
-  if (n.attr_string("mode", "constant") != "constant") return std::nullopt;
-  const size_t rank = g.value(n.input(0)).shape.size();
-  std::vector<int64_t> pads, axes;
-  PadSpec s;
+  ops::PadSpec spec;
   try {
-    if (g.opset < 11 && n.input(1) == kNoValue) {
-      pads = n.has_attr("pads") ? n.attr_ints("pads") : n.attr_ints("paddings");
-      s.value = n.attr_float("value", 0.0f);
-    } else {
-      pads = ints_of(g, n, 1, "pads");
-      if (n.input(3) != kNoValue) axes = ints_of(g, n, 3, "axes");
-      if (n.input(2) != kNoValue) {
-        if (!is_constant(g, n.input(2)) || g.value(n.input(2)).constant.numel() != 1)
-          return std::nullopt;
-        s.value = static_cast<float>(g.value(n.input(2)).constant.get_as_double(0));
-      }
-    }
+    spec = ops::pad_spec(InferContext(g, n));
   } catch (const Error&) {
     return std::nullopt;
   }
-  if (axes.empty())
-    for (size_t k = 0; k < rank; ++k) axes.push_back(static_cast<int64_t>(k));
-  if (pads.size() != 2 * axes.size()) return std::nullopt;
-  s.begin.assign(rank, 0);
-  s.end.assign(rank, 0);
-  for (size_t i = 0; i < axes.size(); ++i) {
-    const int64_t a = normalize_axis(axes[i], rank);
-    if (a < 0 || a >= static_cast<int64_t>(rank) || pads[i] < 0 || pads[i + axes.size()] < 0)
+  if (spec.mode != ops::PadMode::kConstant) return std::nullopt;
+  PadSpec s{Dims(spec.begin.begin(), spec.begin.end()), Dims(spec.end.begin(), spec.end.end()),
+            static_cast<float>(spec.attr_value)};
+  if (n.input(2) != kNoValue && g.opset >= 11) {
+    if (!is_constant(g, n.input(2)) || g.value(n.input(2)).constant.numel() != 1)
       return std::nullopt;
-    s.begin[a] = pads[i];
-    s.end[a] = pads[i + axes.size()];
+    s.value = static_cast<float>(g.value(n.input(2)).constant.get_as_double(0));
   }
+  const auto negative = [](int64_t p) { return p < 0; };
+  if (std::any_of(s.begin.begin(), s.begin.end(), negative) ||
+      std::any_of(s.end.begin(), s.end.end(), negative))
+    return std::nullopt;
   return s;
 }
 
