@@ -62,8 +62,8 @@ Plan plan_of_steps(const Graph& graph, const std::vector<Step>& steps, int threa
 // baseline): at each first uncovered node (in topological order) the largest match of the
 // backend that starts there, compiles and keeps the step graph acyclic; nodes it can't take
 // run on the fallback. A graph-level backend then merges neighbouring regions while the union
-// stays convex, acyclic and compiles: its maximal regions, as its own runtime would take
-// them. `log` receives one line per candidate the backend refused to compile. Compiled
+// stays convex and acyclic: its maximal regions, as its own runtime would take them; where it
+// refuses a union, the longest runs of it (in step order) that it compiles. `log` receives one line per candidate the backend refused to compile. Compiled
 // kernels come back in `kernels` (parallel to the placement) when it is given.
 Placement place_on_single_backend(const Graph& graph, Backend& backend, int threads,
                                   std::vector<std::string>* log = nullptr,

@@ -65,5 +65,44 @@ TEST(FairBaseline, GraphLevelBackendsGetTheirMaximalRegions) {
   EXPECT_GE(checked, 1);
 }
 
+// A graph-level backend that compiles regions of at most `kMax` nodes (its kernels are the
+// reference's: what is under test is the placement): a union it refuses is split into the
+// longest runs it takes, not back into the pieces its rule proposed.
+class CappedRegions : public Backend {
+ public:
+  static constexpr size_t kMax = 5;
+  std::string name() const override { return "capped-regions"; }
+  std::string version() const override { return "1"; }
+  BackendKind kind() const override { return BackendKind::kGraphLevel; }
+  std::vector<PatternEntry> patterns() const override { return {}; }
+  std::vector<FusionRule> fusion_rules() const override {
+    return {fuse_region("pairs", {OpKind::kElementwise}, 2,
+                        [](const Graph&, const Node&) { return true; })};
+  }
+  std::unique_ptr<Kernel> compile(const Graph& subgraph, const CompileOptions& options) override {
+    if (subgraph.num_nodes() > kMax)
+      fail(ErrorKind::kUnsupported, "capped-regions: {} nodes", subgraph.num_nodes());
+    return BackendRegistry::global().fallback().compile(subgraph, options);
+  }
+};
+
+TEST(FairBaseline, RefusedUnionSplitsIntoTheLongestRunsItTakes) {
+  testing::GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {4, 8});
+  for (int i = 0; i < 12; ++i) x = b.add1(i % 2 ? "Relu" : "Sigmoid", {x});
+  b.output(x);
+  const Graph g = b.finish();
+  CappedRegions backend;
+  EXPECT_EQ(largest_match(g, backend), 2u);
+  std::vector<std::string> refused;
+  const Placement placement = place_on_single_backend(g, backend, 1, &refused);
+  // Six pairs; the union of twelve is refused, runs of two pairs (four nodes) are taken.
+  ASSERT_EQ(placement.size(), 3u) << refused.size() << " refusals";
+  for (const Candidate& c : placement) EXPECT_EQ(c.nodes.size(), 4u);
+  EXPECT_FALSE(refused.empty());
+  auto steps = build_steps(g, complete_placement(g, placement, 1));
+  EXPECT_EQ(steps.size(), 3u);
+}
+
 }  // namespace
 }  // namespace collage
