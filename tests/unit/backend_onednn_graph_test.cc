@@ -431,6 +431,12 @@ TEST(OnednnGraphBackend, GlueOpsAloneOnOnednn) {
   one("Pad", [](GraphBuilder& b, ValueId x) {
     return std::vector{b.add1("Pad", {x, ints(b, "p", {0, 0, 1, 2, 0, 0, 2, 1})})};
   });
+  one("Flatten", [](GraphBuilder& b, ValueId x) {
+    return std::vector{b.add1("Flatten", {x}, {{"axis", attr_i(2)}})};
+  });
+  one("Reshape", [](GraphBuilder& b, ValueId x) {
+    return std::vector{b.add1("Reshape", {x, ints(b, "s", {4, -1})})};
+  });
   one("ReduceMean", [](GraphBuilder& b, ValueId x) {
     return std::vector{
         b.add1("ReduceMean", {x}, {{"axes", attr_ints({2, 3})}, {"keepdims", attr_i(0)}})};

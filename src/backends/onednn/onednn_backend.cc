@@ -6,6 +6,7 @@
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
+#include "backends/onednn/region_kernel.h"
 #include "collage/backend.h"
 
 namespace collage::onednn {
@@ -68,6 +69,9 @@ class OnednnBackend : public Backend {
       return elementwise_head(g, n);
     };
     const NodePredicate layout = [](const Graph& g, const Node& n) { return layout_head(g, n); };
+    const NodePredicate view = [](const Graph& g, const Node& n) {
+      return is_view_op(n) && region_node(g, n);
+    };
     return {
         {"Conv", op("Conv", {any(), constant(), maybe(constant())}).where(head, "float32"), {}},
         {"ConvTranspose",
@@ -97,6 +101,12 @@ class OnednnBackend : public Backend {
          op_in({"ReduceMean", "ReduceMax"}).where(layout, "float32, over all spatial axes"),
          {}},
         {"ChannelShuffle", op("Reshape", {op("Transpose", {op("Reshape")})}), shuffle_check},
+        // A copy (its output is the kernel's own buffer): so that no plan needs the fallback
+        // for the Flatten before a classifier.
+        {"View",
+         op_in({"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity"})
+             .where(view, "float32, constant shape"),
+         {}},
     };
   }
 
@@ -121,6 +131,8 @@ class OnednnBackend : public Backend {
       fail(ErrorKind::kUnsupported, "onednn: op {}.{}", first.domain, first.op_type);
     const std::string& t = first.op_type;
     try {
+      if (subgraph.num_nodes() == 1 && is_view_op(first))
+        return compile_group(subgraph, emit_group);
       if ((subgraph.num_nodes() == 1 && layout_head(subgraph, first)) ||
           (t == "Reshape" && subgraph.num_nodes() == 3))
         return compile_layout(subgraph);
