@@ -190,11 +190,12 @@ TEST(OnednnGraphBackend, ConcatOnOtherAxesAndOfRegionInputs) {
   GraphBuilder b;
   ValueId x = b.input("x", DType::kFloat32, {2, 5, 6, 7});
   ValueId y = b.input("y", DType::kFloat32, {2, 5, 3, 7});
-  ValueId h = b.add1("Concat", {x, y, x}, {{"axis", attr_i(2)}});
+  ValueId h =
+      b.add1("Concat", {x, y, b.random_constant("token", {2, 5, 1, 7}), x}, {{"axis", attr_i(2)}});
   ValueId w = b.add1("Concat", {b.add1("Relu", {x}), x}, {{"axis", attr_i(-1)}});
   b.output(h);
   b.output(w);
-  expect_like_reference(b.graph(), "concat on H and W of region inputs");
+  expect_like_reference(b.graph(), "concat on H and W of region inputs and a constant");
 }
 
 TEST(OnednnGraphBackend, SplitAndSliceInRegion) {

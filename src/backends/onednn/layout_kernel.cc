@@ -234,9 +234,16 @@ void emit_concat(const Graph& sub, ValueMemories& values) {
   std::vector<dnnl::memory::desc> mds;
   for (ValueId x : n.inputs) {
     require_f32(sub, x, "Concat input");
-    if (shape_numel(sub.value(x).shape) == 0) continue;  // oneDNN has no empty memories
-    if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: Concat input is not available");
-    srcs.push_back(values.as_is(x, sub.value(x).shape));
+    const Shape& shape = sub.value(x).shape;
+    if (shape_numel(shape) == 0) continue;  // oneDNN has no empty memories
+    if (sub.value(x).is_constant()) {
+      // A constant joined to computed values (a class token): packed once, row-major.
+      srcs.push_back(
+          values.program().constant(sub.value(x).constant, plain_md(shape), plain_md(shape)));
+    } else {
+      if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: Concat input is not available");
+      srcs.push_back(values.as_is(x, shape));
+    }
     mds.push_back(srcs.back().get_desc());
   }
   if (srcs.empty()) fail(ErrorKind::kUnsupported, "onednn: Concat of empty inputs");
@@ -467,6 +474,8 @@ bool layout_head(const Graph& g, const Node& n) {
     if (out != kNoValue && (!is_f32(g, out) || shape_numel(g.value(out).shape) == 0)) return false;
   const std::string& t = n.op_type;
   if (shape_numel(g.value(n.input(0)).shape) == 0) return false;
+  // A glue op of constants alone is folded on import; only Concat mixes them in.
+  if (t != "Concat" && is_constant(g, n.input(0))) return false;
   if (t == "Concat") {
     if (!single_output(n)) return false;
     return std::all_of(n.inputs.begin(), n.inputs.end(), [&](ValueId v) { return is_f32(g, v); });
