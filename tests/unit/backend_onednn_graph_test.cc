@@ -406,6 +406,27 @@ TEST(OnednnGraphBackend, SqueezeExcitationInRegion) {
   }
 }
 
+// SiLU (x * sigmoid x, as PyTorch exports nn.SiLU) is one swish post-op of the conv before
+// it, on both backends; alone (after an Add) it is one eltwise primitive.
+TEST(OnednnGraphBackend, SiluFusedAsSwish) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 16, 9, 9});
+  ValueId c = conv(b, x, 16, 24, 3);
+  ValueId sig = b.add1("Sigmoid", {c});
+  ValueId silu = b.add1("Mul", {c, sig});
+  ValueId sum = b.add1("Add", {silu, conv(b, x, 16, 24, 1)});
+  ValueId silu2 = b.add1("Mul", {b.add1("Sigmoid", {sum}), sum});
+  b.output(conv(b, silu2, 24, 8, 1));
+  expect_like_reference(b.graph(), "conv + SiLU, Add + SiLU");
+  Backend& onednn = BackendRegistry::global().get("onednn");
+  EXPECT_TRUE(testing::has_match(onednn, b.graph(), {c, sig, silu}))
+      << "conv + sigmoid + mul is not one onednn group";
+  GraphBuilder alone;
+  ValueId a = alone.input("a", DType::kFloat32, {2, 7, 5});
+  alone.output(alone.add1("Mul", {a, alone.add1("Sigmoid", {a})}));
+  testing::expect_like_reference(onednn, alone.graph(), "SiLU alone");
+}
+
 // Each glue op alone on the op-level onednn backend: a plan never needs reference for it.
 TEST(OnednnGraphBackend, GlueOpsAloneOnOnednn) {
   Backend& onednn = BackendRegistry::global().get("onednn");

@@ -11,10 +11,10 @@ std::optional<TailStep> first_step(const Graph& sub, const Consumers& consumers,
   const Node& n0 = sub.node(0);
   for (ValueId in : n0.inputs) {
     if (in == kNoValue || sub.value(in).is_constant()) continue;
-    std::optional<TailStep> gelu = match_gelu(sub, consumers, in, false);
-    if (gelu && gelu->nodes.front() == 0) {
+    std::optional<TailStep> fused = match_fused_activation(sub, consumers, in, false);
+    if (fused && fused->nodes.front() == 0) {
       *x = in;
-      return gelu;
+      return fused;
     }
   }
   // Prefer the operand that already has the output's shape: oneDNN's binary broadcasts

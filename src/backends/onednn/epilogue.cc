@@ -256,6 +256,34 @@ std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, V
   return std::nullopt;
 }
 
+std::optional<TailStep> match_swish(const Graph& g, const Consumers& consumers, ValueId x,
+                                    bool whole_reader) {
+  if (!is_f32(g, x)) return std::nullopt;
+  for (NodeId s_id : consumers[x]) {
+    const Node& s = g.node(s_id);
+    if (s.op_type != "Sigmoid" || !s.domain.empty() || !single_output(s) || s.input(0) != x)
+      continue;
+    NodeId m_id;
+    const Node* m = sole_reader(g, consumers, s.outputs[0], "Mul", &m_id);
+    if (!m || other_input(*m, s.outputs[0]) != std::optional<ValueId>(x) ||
+        !is_f32(g, m->outputs[0]) || g.value(m->outputs[0]).shape != g.value(x).shape)
+      continue;
+    std::vector<NodeId> nodes = {s_id, m_id};
+    std::sort(nodes.begin(), nodes.end());
+    if (whole_reader)
+      for (NodeId r : consumers[x])
+        if (!std::binary_search(nodes.begin(), nodes.end(), r)) return std::nullopt;
+    return TailStep{nodes, m->outputs[0], {eltwise(alg::eltwise_swish, 1.0f)}};
+  }
+  return std::nullopt;
+}
+
+std::optional<TailStep> match_fused_activation(const Graph& g, const Consumers& consumers,
+                                               ValueId x, bool whole_reader) {
+  if (std::optional<TailStep> gelu = match_gelu(g, consumers, x, whole_reader)) return gelu;
+  return match_swish(g, consumers, x, whole_reader);
+}
+
 std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumers, ValueId cur) {
   if (is_graph_output(g, cur)) return std::nullopt;
   const std::vector<NodeId>& readers = consumers[cur];
@@ -264,7 +292,7 @@ std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumer
     if (!ops) return std::nullopt;
     return TailStep{{readers[0]}, g.node(readers[0]).outputs[0], std::move(*ops)};
   }
-  if (readers.size() == 2) return match_gelu(g, consumers, cur, true);
+  if (readers.size() == 2) return match_fused_activation(g, consumers, cur, true);
   return std::nullopt;
 }
 

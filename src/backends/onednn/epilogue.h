@@ -42,6 +42,15 @@ std::optional<std::vector<PostOp>> node_post_ops(const Graph& g, const Node& nod
 std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, ValueId x,
                                    bool whole_reader);
 
+// x * Sigmoid(x) (SiLU; Swish with beta 1, as PyTorch exports nn.SiLU) reading `x`: its two
+// nodes and output, one eltwise_swish. With `whole_reader`, x is read by those two alone.
+std::optional<TailStep> match_swish(const Graph& g, const Consumers& consumers, ValueId x,
+                                    bool whole_reader);
+
+// A two-node step reading `x` twice (an exported GELU or SiLU), or nullopt.
+std::optional<TailStep> match_fused_activation(const Graph& g, const Consumers& consumers,
+                                               ValueId x, bool whole_reader);
+
 // The step that reads `cur` next in a tail: all of cur's readers must be in it, so cur
 // need not be materialised. Stops (nullopt) at graph outputs.
 std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumers, ValueId cur);

@@ -79,7 +79,8 @@ std::vector<Match> grow_tails(const Graph& g) {
       grow({static_cast<NodeId>(h)}, n.outputs[0]);
   }
   for (size_t v = 0; v < g.num_values(); ++v) {
-    std::optional<TailStep> gelu = match_gelu(g, consumers, static_cast<ValueId>(v), false);
+    std::optional<TailStep> gelu =
+        match_fused_activation(g, consumers, static_cast<ValueId>(v), false);
     if (!gelu) continue;
     out.push_back(Match{gelu->nodes});
     grow(gelu->nodes, gelu->out);
