@@ -206,22 +206,53 @@ std::optional<ShuffleSpec> shuffle_spec(const Graph& g,
   return s;
 }
 
+// The stride of each dim of `md` when its layout has no inner blocks (row-major,
+// channels-last, any order of whole dims), else nullopt.
+std::optional<Dims> dim_strides(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked || d.format_desc.blocking.inner_nblks != 0 || d.offset0 != 0)
+    return std::nullopt;
+  return Dims(d.format_desc.blocking.strides, d.format_desc.blocking.strides + d.ndims);
+}
+
+// The strides of `dims` (strides `strides`) with dim `at` split into `parts`, outer first.
+Dims split_strides(const Dims& strides, size_t at, const Dims& parts) {
+  Dims out(strides.begin(), strides.begin() + at);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    int64_t s = strides[at];
+    for (size_t k = i + 1; k < parts.size(); ++k) s *= parts[k];
+    out.push_back(s);
+  }
+  out.insert(out.end(), strides.begin() + at + 1, strides.end());
+  return out;
+}
+
+// One reorder from `src` (dims `in`, in any strides) into `dst`'s buffer, element i of the
+// source going where `dst_strides[perm]` puts it: a transposition written straight into the
+// destination's layout.
+void permute_into(ValueMemories& values, const dnnl::memory& src, const Dims& in,
+                  const std::vector<int64_t>& perm, const dnnl::memory& dst,
+                  const Dims& dst_strides) {
+  Dims strides(in.size());
+  for (size_t k = 0; k < perm.size(); ++k) strides[perm[k]] = dst_strides[k];
+  const dnnl::memory view(dnnl::memory::desc(in, dt::f32, strides), cpu_engine(),
+                          dst.get_data_handle());
+  values.program().copy(src, view);
+}
+
 // y = x with its dims permuted by `perm` (`in` is x's shape as the permutation sees it, a
-// reshaped view of row-major x; y's bytes are the permuted tensor's, row-major): one reorder
-// from row-major x into y's buffer seen through strides that follow the permutation.
+// reshaped view of row-major x; y's bytes are the permuted tensor's, row-major).
 void emit_permutation(ValueMemories& values, ValueId x, const Shape& in,
                       const std::vector<int64_t>& perm, ValueId y, const Shape& ys) {
   Shape permuted(in.size());
   for (size_t k = 0; k < perm.size(); ++k) permuted[k] = in[perm[k]];
-  Dims permuted_strides(in.size(), 1), strides(in.size());
-  for (size_t k = in.size() - 1; k-- > 0;)
-    permuted_strides[k] = permuted_strides[k + 1] * std::max<int64_t>(permuted[k + 1], 1);
-  for (size_t k = 0; k < perm.size(); ++k) strides[perm[k]] = permuted_strides[k];
-  const dnnl::memory src = values.view(x, plain_md(in));
+  const dnnl::memory::desc x_md = values.as_is(x, in).get_desc();
+  // x as it is when its layout has whole dims (channels-last too), else row-major.
+  const dnnl::memory src = x_md.dims() == to_dims(in) && dim_strides(x_md)
+                               ? values.as_is(x, in)
+                               : values.view(x, plain_md(in));
   const dnnl::memory dst = values.fresh_destination(y, plain_md(ys));
-  const dnnl::memory view(dnnl::memory::desc(to_dims(in), dt::f32, strides), cpu_engine(),
-                          dst.get_data_handle());
-  values.program().copy(src, view);
+  permute_into(values, src, to_dims(in), perm, dst, *dim_strides(plain_md(permuted)));
   values.produced(y, dst);
 }
 
@@ -336,6 +367,17 @@ void emit_shuffle(const Graph& sub, ValueMemories& values) {
   std::vector<int64_t> perm(split.size());
   std::iota(perm.begin(), perm.end(), 0);
   std::swap(perm[1], perm[2]);
+  if (const std::optional<Dims> sx = dim_strides(src.get_desc())) {
+    // Whole-dim layouts (channels-last as brgconv picks it, row-major): the shuffle is one
+    // reorder within that layout; x's channels seen as [g, C/g], y's as [C/g, g].
+    const int64_t groups = split[1], size = split[2];
+    const dnnl::memory in = values.reinterpret(
+        x, dnnl::memory::desc(to_dims(split), dt::f32, split_strides(*sx, 1, {groups, size})));
+    const dnnl::memory dst = values.fresh_destination(y, src.get_desc());
+    permute_into(values, in, to_dims(split), perm, dst, split_strides(*sx, 1, {size, groups}));
+    values.produced(y, dst);
+    return;
+  }
   emit_permutation(values, x, split, perm, y, xs);
 }
 

@@ -73,6 +73,11 @@ class ValueMemories {
   // when a sub-memory of it can be described there (a blocked layout cuts channels only
   // at block boundaries), else in its row-major form.
   dnnl::memory sub_view(ValueId v, const Dims& dims, const Dims& offsets);
+  // `v`'s memory as it is, described by `md` (the same bytes seen with other dims and
+  // strides: a split dimension, permuted strides).
+  dnnl::memory reinterpret(ValueId v, const dnnl::memory::desc& md) {
+    return view_of(at(v).primary, md);
+  }
   // A new program buffer of layout `md` that the primitive producing `v` writes, never a
   // view of v's bound output (a Pad keeps its border in it from compile time on; a
   // Transpose writes it through permuted strides). produced() copies it to the bound output.
