@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend_test_util.h"
+#include "backends/onednn/region_kernel.h"
 #include "collage/backend.h"
 #include "collage/session.h"
 #include "graph_builder.h"
@@ -425,6 +426,28 @@ TEST(OnednnGraphBackend, SiluFusedAsSwish) {
   ValueId a = alone.input("a", DType::kFloat32, {2, 7, 5});
   alone.output(alone.add1("Mul", {a, alone.add1("Sigmoid", {a})}));
   testing::expect_like_reference(onednn, alone.graph(), "SiLU alone");
+}
+
+// NASNet's branches each apply their own Relu (and pool) to one cell input: a region
+// computes each once.
+TEST(OnednnGraphBackend, RepeatedComputationsMergedInRegion) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 8, 9, 9});
+  ValueId y = conv(b, x, 8, 16, 1);
+  std::vector<ValueId> branches;
+  for (int i = 0; i < 3; ++i) {
+    ValueId r = b.add1("Relu", {y});
+    ValueId p = b.add1("MaxPool", {r},
+                       {{"kernel_shape", attr_ints({3, 3})}, {"pads", attr_ints({1, 1, 1, 1})}});
+    branches.push_back(b.add1("Add", {conv(b, r, 16, 16, 1), p}));
+  }
+  ValueId r_out = b.add1("Relu", {y});  // a repeat that leaves the region stays
+  b.output(b.add1("Concat", branches, {{"axis", attr_i(1)}}));
+  b.output(r_out);
+  const Graph merged = onednn::merge_duplicates(b.graph());
+  // Three Relu + MaxPool pairs become one pair; the convs differ (their own weights).
+  EXPECT_EQ(merged.num_nodes(), b.graph().num_nodes() - 4);
+  expect_like_reference(b.graph(), "repeated relu and pools");
 }
 
 // Each glue op alone on the op-level onednn backend: a plan never needs reference for it.

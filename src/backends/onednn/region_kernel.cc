@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <set>
+#include <tuple>
+
+#include <fmt/ranges.h>
 
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/groups.h"
@@ -30,9 +34,10 @@ struct Group {
 
 class RegionCompiler {
  public:
-  // Zero Pads before convolutions and pools are folded into their padding first.
+  // Repeated computations are merged and zero Pads before convolutions and pools folded
+  // into their padding first.
   explicit RegionCompiler(const Graph& region)
-      : region_(fold_pads(region)),
+      : region_(fold_pads(merge_duplicates(region))),
         consumers_(region_.consumers()),
         covered_(region_.num_nodes(), false),
         emitted_(region_.num_nodes(), false),
@@ -164,6 +169,56 @@ class RegionCompiler {
 };
 
 }  // namespace
+
+namespace {
+
+// The attributes of `n` as text, equal exactly when the attributes are; nullopt for tensor
+// attributes (not compared).
+std::optional<std::string> attributes_key(const Node& n) {
+  std::string key;
+  for (const auto& [name, a] : n.attrs) {
+    if (a.type == Attribute::Type::kTensor) return std::nullopt;
+    key += fmt::format("{}:{}:{}:{}:{}:{}:{}:{};", name, static_cast<int>(a.type), a.i, a.f, a.s,
+                       fmt::join(a.ints, ","), fmt::join(a.floats, ","), fmt::join(a.strings, ","));
+  }
+  return key;
+}
+
+}  // namespace
+
+Graph merge_duplicates(const Graph& region) {
+  Graph g = region;
+  std::vector<ValueId> same(g.num_values());
+  for (size_t v = 0; v < same.size(); ++v) same[v] = static_cast<ValueId>(v);
+  std::map<std::tuple<std::string, std::string, std::vector<ValueId>, std::string>, NodeId> seen;
+  std::vector<bool> merged(g.num_nodes(), false);
+  bool any = false;
+  for (size_t i = 0; i < g.num_nodes(); ++i) {
+    Node& n = g.node(static_cast<NodeId>(i));
+    for (ValueId& v : n.inputs)
+      if (v != kNoValue) v = same[v];
+    const std::optional<std::string> attrs = attributes_key(n);
+    if (!attrs) continue;
+    auto [it, fresh] = seen.emplace(std::make_tuple(n.domain, n.op_type, n.inputs, *attrs),
+                                    static_cast<NodeId>(i));
+    if (fresh) continue;
+    // A value the region hands out stays its own: each output is bound once.
+    const Node& first = g.node(it->second);
+    const bool leaves = std::any_of(n.outputs.begin(), n.outputs.end(), [&](ValueId v) {
+      return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
+    });
+    bool covered = first.outputs.size() == n.outputs.size();
+    for (size_t k = 0; covered && k < n.outputs.size(); ++k)
+      covered = n.outputs[k] == kNoValue || first.outputs[k] != kNoValue;
+    if (leaves || !covered) continue;
+    for (size_t k = 0; k < n.outputs.size(); ++k)
+      if (n.outputs[k] != kNoValue) same[n.outputs[k]] = first.outputs[k];
+    merged[i] = true;
+    any = true;
+  }
+  if (any) g.prune(merged);
+  return g;
+}
 
 bool region_node(const Graph& g, const Node& n) {
   if (!n.domain.empty() || n.outputs.empty()) return false;
