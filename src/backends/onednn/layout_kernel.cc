@@ -1,12 +1,14 @@
 // The glue ops between a CNN's primitives, on oneDNN so that they stay inside a region
 // instead of cutting it (each cut costs a reorder to row-major and back, and a step on
-// `reference`): Concat (the concat primitive; it keeps the inputs' blocked layout when every
-// channel count is a multiple of the block, else it reorders each input into its slice),
-// Slice/Split (a reorder from a sub-memory of the input), Transpose (a reorder into
-// permuted strides), the channel shuffle Reshape -> Transpose -> Reshape (the shuffle
-// primitive, jit on blocked layouts), constant Pad (a reorder into the interior of a buffer
-// whose border is written once, at compile time) and a ReduceMean/ReduceMax over all
-// spatial axes (a global pooling).
+// `reference`): Concat (the concat primitive; it keeps the inputs' layout when they share one
+// and oneDNN can, else it reorders each input into its slice of a row-major result),
+// Slice/Split (a reorder from a sub-memory of the input), Transpose (a reorder into permuted
+// strides), the channel shuffle Reshape -> Transpose -> Reshape (the shuffle primitive on
+// channel-blocked layouts, where it is jit; one strided reorder within a whole-dim layout
+// such as the channels-last one brgconv picks), constant Pad (a reorder into the interior of
+// a buffer whose border is written once, at compile time) and a ReduceMean/ReduceMax over all
+// spatial axes (a global pooling). Zero Pads before convolutions and pools are folded into
+// them instead (fold_pads).
 #include <algorithm>
 #include <numeric>
 
