@@ -450,6 +450,24 @@ TEST(OnednnGraphBackend, RepeatedComputationsMergedInRegion) {
   expect_like_reference(b.graph(), "repeated relu and pools");
 }
 
+// RegNetY's block: a grouped 3x3 conv of 8-channel groups (oneDNN then keeps 8-channel
+// blocks, for which its binary primitive has no jit kernel on AVX-512) and a
+// squeeze-excitation Mul of it, plus a residual Add.
+TEST(OnednnGraphBackend, GroupedConvSqueezeExcitationInRegion) {
+  for (int64_t c : {48, 104}) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, c, 12, 12});
+    ValueId y = b.add1(
+        "Relu", {b.add1("Conv", {x, b.random_constant("gw", {c, 8, 3, 3}, 0.2f)},
+                        {{"pads", attr_ints({1, 1, 1, 1})}, {"group", attr_i(c / 8)}})});
+    ValueId s = b.add1("Relu", {conv(b, b.add1("GlobalAveragePool", {y}), c, 8, 1)});
+    s = b.add1("Sigmoid", {conv(b, s, 8, c, 1)});
+    ValueId scaled = b.add1("Mul", {y, s});
+    b.output(b.add1("Relu", {b.add1("Add", {conv(b, scaled, c, c, 1), x})}));
+    expect_like_reference(b.graph(), "grouped conv + SE, " + std::to_string(c) + " channels");
+  }
+}
+
 // Each glue op alone on the op-level onednn backend: a plan never needs reference for it.
 TEST(OnednnGraphBackend, GlueOpsAloneOnOnednn) {
   Backend& onednn = BackendRegistry::global().get("onednn");

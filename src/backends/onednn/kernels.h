@@ -48,6 +48,11 @@ std::optional<std::vector<NodeId>> channel_shuffle(const Graph& graph,
                                                    const std::vector<std::vector<NodeId>>& readers,
                                                    NodeId reshape);
 void emit_layout(const Graph& subgraph, ValueMemories& values);
+// `shape` in the layout `like` is in when that is an activation layout oneDNN picks
+// (channel-blocked or channels-last, rank 3-5), else row-major.
+dnnl::memory::desc layout_like(const dnnl::memory::desc& like, const Shape& shape);
+// `shape` channels-last (rank 3-5), else nullopt.
+std::optional<dnnl::memory::desc> channels_last_md(const Shape& shape);
 // `region` with each zero Pad of spatial dims whose readers are all convolutions or average
 // pools (that count padding, or have none) folded into those readers' pads.
 Graph fold_pads(const Graph& region);

@@ -54,13 +54,6 @@ std::optional<tag> activation_tag(const dnnl::memory::desc& md) {
   return std::nullopt;
 }
 
-// `shape` in the layout `like` is in (one of activation_tag's), else row-major.
-dnnl::memory::desc layout_like(const dnnl::memory::desc& like, const Shape& shape) {
-  if (std::optional<tag> t = activation_tag(like); t && like.dims().size() == shape.size())
-    return dnnl::memory::desc(to_dims(shape), dt::f32, *t);
-  return plain_md(shape);
-}
-
 // Constant int64 input `i` of `n`, or the attribute `attr` (older opsets), or `def`.
 std::vector<int64_t> ints_of(const Graph& g, const Node& n, size_t i, const char* attr,
                              std::vector<int64_t> def = {}) {
@@ -467,6 +460,18 @@ bool folds_pad(const Graph& g, const Node& r, ValueId v) {
 }
 
 }  // namespace
+
+dnnl::memory::desc layout_like(const dnnl::memory::desc& like, const Shape& shape) {
+  if (std::optional<tag> t = activation_tag(like); t && like.dims().size() == shape.size())
+    return dnnl::memory::desc(to_dims(shape), dt::f32, *t);
+  return plain_md(shape);
+}
+
+std::optional<dnnl::memory::desc> channels_last_md(const Shape& shape) {
+  static const tag tags[] = {tag::nwc, tag::nhwc, tag::ndhwc};
+  if (shape.size() < 3 || shape.size() > 5) return std::nullopt;
+  return dnnl::memory::desc(to_dims(shape), dt::f32, tags[shape.size() - 3]);
+}
 
 Graph fold_pads(const Graph& region) {
   Graph g = region;
