@@ -63,8 +63,9 @@ Plan plan_of_steps(const Graph& graph, const std::vector<Step>& steps, int threa
 // backend that starts there, compiles and keeps the step graph acyclic; nodes it can't take
 // run on the fallback. A graph-level backend then merges neighbouring regions while the union
 // stays convex and acyclic: its maximal regions, as its own runtime would take them; where it
-// refuses a union, the longest runs of it (in step order) that it compiles. `log` receives one line per candidate the backend refused to compile. Compiled
-// kernels come back in `kernels` (parallel to the placement) when it is given.
+// refuses a union, the longest runs of it (in step order) that it compiles. `log` receives one line
+// per candidate the backend refused to compile. Compiled kernels come back in `kernels` (parallel
+// to the placement) when it is given.
 Placement place_on_single_backend(const Graph& graph, Backend& backend, int threads,
                                   std::vector<std::string>* log = nullptr,
                                   std::vector<std::shared_ptr<Kernel>>* kernels = nullptr);

@@ -457,9 +457,9 @@ TEST(OnednnGraphBackend, GroupedConvSqueezeExcitationInRegion) {
   for (int64_t c : {48, 104}) {
     GraphBuilder b;
     ValueId x = b.input("x", DType::kFloat32, {1, c, 12, 12});
-    ValueId y = b.add1(
-        "Relu", {b.add1("Conv", {x, b.random_constant("gw", {c, 8, 3, 3}, 0.2f)},
-                        {{"pads", attr_ints({1, 1, 1, 1})}, {"group", attr_i(c / 8)}})});
+    ValueId y =
+        b.add1("Relu", {b.add1("Conv", {x, b.random_constant("gw", {c, 8, 3, 3}, 0.2f)},
+                               {{"pads", attr_ints({1, 1, 1, 1})}, {"group", attr_i(c / 8)}})});
     ValueId s = b.add1("Relu", {conv(b, b.add1("GlobalAveragePool", {y}), c, 8, 1)});
     s = b.add1("Sigmoid", {conv(b, s, 8, c, 1)});
     ValueId scaled = b.add1("Mul", {y, s});
