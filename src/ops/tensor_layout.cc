@@ -183,17 +183,14 @@ RefKernel split_kernel(const Graph& g, const Node& n) {
 
 // ---- Slice -------------------------------------------------------------------------
 
-struct SliceSpec {
-  Shape out;
-  std::vector<int64_t> start, step;  // per input dimension
-};
-
 std::vector<int64_t> slice_param(const InferContext& ctx, size_t input, const char* attr,
                                  const char* what) {
   if (ctx.opset() < 10 || !ctx.has_input(1)) return ctx.node().attr_ints(attr);
   if (!ctx.has_input(input)) return {};
   return ctx.require_constant(input, what).to_int_vector();
 }
+
+}  // namespace
 
 SliceSpec slice_spec(const InferContext& ctx) {
   const Shape& in = ctx.input_shape(0);
@@ -233,6 +230,8 @@ SliceSpec slice_spec(const InferContext& ctx) {
   }
   return s;
 }
+
+namespace {
 
 void infer_slice(InferContext& ctx) {
   tensor_require_movable(ctx, 0);
@@ -314,13 +313,7 @@ RefKernel tile_kernel(const Graph& g, const Node& n) {
 
 // ---- Pad ---------------------------------------------------------------------------
 
-enum class PadMode { kConstant, kReflect, kEdge };
-
-struct PadSpec {
-  PadMode mode = PadMode::kConstant;
-  std::vector<int64_t> begin, end;  // per dimension, negative = crop
-  double attr_value = 0;            // Pad-2's `value`; later opsets pass an input
-};
+}  // namespace
 
 PadSpec pad_spec(const InferContext& ctx) {
   const Node& n = ctx.node();
@@ -356,6 +349,8 @@ PadSpec pad_spec(const InferContext& ctx) {
   }
   return s;
 }
+
+namespace {
 
 void infer_pad(InferContext& ctx) {
   tensor_require_movable(ctx, 0);

@@ -53,6 +53,23 @@ inline DType tensor_output_dtype(const Graph& g, const Node& n, size_t i) {
 OpDef tensor_op(const char* name, OpKind kind, InferFn infer, RefKernelFactory reference,
                 bool value_dependent_shape = false);
 
+// Slice's cut, from its constant starts/ends/axes/steps (inputs, or attributes before
+// opset 10), clamped as the spec says. Backends read it too (one parse of the rule).
+struct SliceSpec {
+  Shape out;
+  std::vector<int64_t> start, step;  // per input dimension
+};
+SliceSpec slice_spec(const InferContext& ctx);
+
+// Pad's mode and amounts (constant `pads`/`axes` inputs, or attributes before opset 11).
+enum class PadMode { kConstant, kReflect, kEdge };
+struct PadSpec {
+  PadMode mode = PadMode::kConstant;
+  std::vector<int64_t> begin, end;  // per dimension, negative = crop
+  double attr_value = 0;            // Pad-2's `value`; later opsets pass an input
+};
+PadSpec pad_spec(const InferContext& ctx);
+
 // Product of dims [from, to): the outer/inner block sizes around an axis.
 inline int64_t tensor_product(const Shape& s, size_t from, size_t to) {
   int64_t p = 1;

@@ -296,6 +296,21 @@ std::vector<std::vector<size_t>> maximal_regions(const Graph& graph, const Place
   return out;
 }
 
+// `parts` (indices into `placement`) in an order the steps can run in.
+std::vector<size_t> in_step_order(const Graph& graph, const Placement& placement,
+                                  const std::vector<size_t>& parts) {
+  std::vector<int> group_of(graph.num_nodes(), -1);
+  for (size_t i = 0; i < parts.size(); ++i)
+    for (NodeId n : placement[parts[i]].nodes) group_of[n] = static_cast<int>(i);
+  const std::vector<int> order =
+      order_steps(graph, step_of_nodes(graph, group_of, static_cast<int>(parts.size())));
+  if (order.empty()) return parts;
+  std::vector<size_t> out;
+  for (int s : order)
+    if (s < static_cast<int>(parts.size())) out.push_back(parts[s]);
+  return out;
+}
+
 }  // namespace
 
 Placement place_on_single_backend(const Graph& graph, Backend& backend, int threads,
@@ -354,23 +369,47 @@ Placement place_on_single_backend(const Graph& graph, Backend& backend, int thre
   if (backend.kind() == BackendKind::kGraphLevel) {
     Placement merged;
     std::vector<std::shared_ptr<Kernel>> merged_kernels;
-    for (const std::vector<size_t>& parts : maximal_regions(graph, placement)) {
-      if (parts.size() > 1) {
+    for (const std::vector<size_t>& unordered : maximal_regions(graph, placement)) {
+      const std::vector<size_t> parts = in_step_order(graph, placement, unordered);
+      // Parts [begin, end) as one candidate.
+      auto run_of = [&](size_t begin, size_t end) {
         Candidate region{{}, &backend, "", threads};
-        for (size_t p : parts)
-          region.nodes.insert(region.nodes.end(), placement[p].nodes.begin(),
-                              placement[p].nodes.end());
+        for (size_t i = begin; i < end; ++i)
+          region.nodes.insert(region.nodes.end(), placement[parts[i]].nodes.begin(),
+                              placement[parts[i]].nodes.end());
         std::sort(region.nodes.begin(), region.nodes.end());
-        if (std::shared_ptr<Kernel> kernel = try_compile(region)) {
-          merged.push_back(std::move(region));
-          merged_kernels.push_back(std::move(kernel));
-          continue;
+        return region;
+      };
+      // The whole union; where the backend refuses it, the longest run of parts from
+      // `begin` that it compiles (bisected; a run in step order is convex and keeps the
+      // steps acyclic, the union being so), then the next run from there.
+      for (size_t begin = 0; begin < parts.size();) {
+        Candidate region = placement[parts[begin]];
+        std::shared_ptr<Kernel> kernel = kernels[parts[begin]];
+        size_t end = begin + 1;
+        if (parts.size() - begin > 1) {
+          Candidate whole = run_of(begin, parts.size());
+          if (std::shared_ptr<Kernel> k = try_compile(whole)) {
+            region = std::move(whole);
+            kernel = std::move(k);
+            end = parts.size();
+          } else {
+            for (size_t hi = parts.size() - 1; end < hi;) {
+              const size_t mid = (end + hi + 1) / 2;
+              Candidate run = run_of(begin, mid);
+              if (std::shared_ptr<Kernel> k = try_compile(run)) {
+                region = std::move(run);
+                kernel = std::move(k);
+                end = mid;
+              } else {
+                hi = mid - 1;
+              }
+            }
+          }
         }
-      }
-      // One part, or a union the backend refused: its parts as they were.
-      for (size_t p : parts) {
-        merged.push_back(placement[p]);
-        merged_kernels.push_back(kernels[p]);
+        merged.push_back(std::move(region));
+        merged_kernels.push_back(std::move(kernel));
+        begin = end;
       }
     }
     placement = std::move(merged);

@@ -62,9 +62,10 @@ Plan plan_of_steps(const Graph& graph, const std::vector<Step>& steps, int threa
 // baseline): at each first uncovered node (in topological order) the largest match of the
 // backend that starts there, compiles and keeps the step graph acyclic; nodes it can't take
 // run on the fallback. A graph-level backend then merges neighbouring regions while the union
-// stays convex, acyclic and compiles: its maximal regions, as its own runtime would take
-// them. `log` receives one line per candidate the backend refused to compile. Compiled
-// kernels come back in `kernels` (parallel to the placement) when it is given.
+// stays convex and acyclic: its maximal regions, as its own runtime would take them; where it
+// refuses a union, the longest runs of it (in step order) that it compiles. `log` receives one
+// line per candidate the backend refused to compile. Compiled kernels come back in `kernels`
+// (parallel to the placement) when it is given.
 // A refusal is honest when compile() throws Error(kUnsupported). Any other Error (kInternal,
 // kBackend...) is a broken backend: `strict` rethrows it (the per-backend tests, which must
 // not pass on the fallback's results); otherwise it is logged as a warning and the nodes

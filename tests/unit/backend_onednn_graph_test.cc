@@ -3,9 +3,11 @@
 // produced for outside, whole tiny models as one region, and what it must refuse.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 
 #include "backend_test_util.h"
+#include "backends/onednn/region_kernel.h"
 #include "collage/backend.h"
 #include "collage/session.h"
 #include "graph_builder.h"
@@ -18,6 +20,7 @@ using testing::attr_i;
 using testing::attr_ints;
 using testing::GraphBuilder;
 using testing::outputs_match;
+using testing::pick;
 using testing::run_backend_and_reference;
 
 Backend& onednn_graph() {
@@ -139,6 +142,368 @@ TEST(OnednnGraphBackend, ProposesRegionsOfSeveralGroups) {
   for (const Match& m : find_matches(b.graph(), onednn_graph()))
     largest = std::max(largest, m.nodes.size());
   EXPECT_EQ(largest, b.graph().num_nodes());
+}
+
+// ---- The glue ops inside a region (no holes): each checked against reference on shapes
+// drawn at random, channel counts on and off oneDNN's 8/16-channel blocks.
+
+ValueId ints(GraphBuilder& b, const std::string& name, std::vector<int64_t> v) {
+  const Shape shape = {static_cast<int64_t>(v.size())};
+  return b.constant(name, Tensor::from_vector(shape, v));
+}
+
+// Channel counts a test draws: half of them multiples of 16 (blocked concat/slices stay in
+// the blocked layout), half not.
+int64_t channels(std::mt19937& rng) {
+  return pick(rng, 0, 1) ? 16 * pick(rng, 1, 3) : pick(rng, 3, 40);
+}
+
+ValueId conv1x1(GraphBuilder& b, ValueId x, int64_t in, int64_t out) {
+  return b.add1("Relu", {conv(b, x, in, out, 1)});
+}
+
+TEST(OnednnGraphBackend, ConcatOfBranchesInRegion) {
+  std::mt19937 rng(15);
+  for (int trial = 0; trial < 6; ++trial) {
+    GraphBuilder b;
+    const int64_t c = channels(rng), hw = pick(rng, 5, 17);
+    ValueId x = b.input("x", DType::kFloat32, {1, c, hw, hw});
+    std::vector<ValueId> branches;
+    int64_t total = 0;
+    const int64_t n = pick(rng, 2, 4);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t out = channels(rng);
+      branches.push_back(i == n - 1 ? b.add1("MaxPool", {x},
+                                             {{"kernel_shape", attr_ints({3, 3})},
+                                              {"pads", attr_ints({1, 1, 1, 1})}})
+                                    : conv1x1(b, x, c, out));
+      total += i == n - 1 ? c : out;
+    }
+    ValueId cat = b.add1("Concat", branches, {{"axis", attr_i(1)}});
+    b.output(conv1x1(b, cat, total, 8));
+    if (trial % 2) b.output(cat);  // the concatenation leaves the region too
+    expect_like_reference(
+        b.graph(), "concat of " + std::to_string(n) + " branches, trial " + std::to_string(trial));
+  }
+}
+
+TEST(OnednnGraphBackend, ConcatOnOtherAxesAndOfRegionInputs) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {2, 5, 6, 7});
+  ValueId y = b.input("y", DType::kFloat32, {2, 5, 3, 7});
+  ValueId h =
+      b.add1("Concat", {x, y, b.random_constant("token", {2, 5, 1, 7}), x}, {{"axis", attr_i(2)}});
+  ValueId w = b.add1("Concat", {b.add1("Relu", {x}), x}, {{"axis", attr_i(-1)}});
+  b.output(h);
+  b.output(w);
+  expect_like_reference(b.graph(), "concat on H and W of region inputs and a constant");
+}
+
+TEST(OnednnGraphBackend, SplitAndSliceInRegion) {
+  std::mt19937 rng(16);
+  for (int trial = 0; trial < 6; ++trial) {
+    GraphBuilder b;
+    const int64_t c = channels(rng) + 2, hw = pick(rng, 6, 14);
+    ValueId x = b.input("x", DType::kFloat32, {1, 8, hw, hw});
+    ValueId y = conv1x1(b, x, 8, c);
+    const int64_t first = pick(rng, 1, c - 1);
+    std::vector<ValueId> parts =
+        b.add("Split", {y, ints(b, "split", {first, c - first})}, {{"axis", attr_i(1)}}, 2);
+    ValueId left = conv1x1(b, parts[0], first, 8);
+    ValueId right = conv1x1(b, parts[1], c - first, 8);
+    // A spatial window of the sum, and a channel slice of the input.
+    const int64_t s0 = pick(rng, 0, hw / 2), s1 = pick(rng, s0 + 1, hw);
+    ValueId window = b.add1("Slice", {b.add1("Add", {left, right}), ints(b, "starts", {s0, 1}),
+                                      ints(b, "ends", {s1, INT64_MAX}), ints(b, "axes", {2, -1})});
+    const int64_t c0 = pick(rng, 0, 6);
+    ValueId sliced =
+        b.add1("Slice", {x, ints(b, "cs", {c0}), ints(b, "ce", {-1}), ints(b, "ca", {1})});
+    b.output(window);
+    b.output(conv1x1(b, sliced, 7 - c0, 4));
+    expect_like_reference(b.graph(), "split " + std::to_string(first) + "/" +
+                                         std::to_string(c - first) + ", trial " +
+                                         std::to_string(trial));
+  }
+}
+
+// ShuffleNetV2's unit: concat -> channel shuffle -> chunk in two -> one half convolved.
+TEST(OnednnGraphBackend, ChannelShuffleInRegion) {
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 6; ++trial) {
+    GraphBuilder b;
+    const int64_t half = pick(rng, 0, 1) ? 16 * pick(rng, 1, 2) : pick(rng, 3, 30);
+    const int64_t groups = trial % 3 == 2 ? 4 : 2, c = groups * half, hw = pick(rng, 4, 12);
+    ValueId x = b.input("x", DType::kFloat32, {1, c, hw, hw});
+    ValueId y = conv1x1(b, x, c, c);
+    ValueId split = b.add1("Reshape", {y, ints(b, "s1", {1, groups, half, hw, hw})});
+    ValueId t = b.add1("Transpose", {split}, {{"perm", attr_ints({0, 2, 1, 3, 4})}});
+    ValueId shuffled = b.add1("Reshape", {t, ints(b, "s2", {1, c, hw, hw})});
+    ValueId a =
+        b.add1("Slice", {shuffled, ints(b, "a0", {0}), ints(b, "a1", {half}), ints(b, "ax", {1})});
+    ValueId rest =
+        b.add1("Slice", {shuffled, ints(b, "b0", {half}), ints(b, "b1", {c}), ints(b, "bx", {1})});
+    b.output(b.add1("Concat", {conv1x1(b, a, half, half), rest}, {{"axis", attr_i(1)}}));
+    expect_like_reference(b.graph(), "shuffle of " + std::to_string(c) + " channels in " +
+                                         std::to_string(groups) + " groups");
+    // The three nodes are one group of the onednn backend too.
+    EXPECT_TRUE(testing::has_match(BackendRegistry::global().get("onednn"), b.graph(),
+                                   {split, t, shuffled}))
+        << "no channel-shuffle match";
+  }
+}
+
+TEST(OnednnGraphBackend, TransposeInRegion) {
+  std::mt19937 rng(18);
+  for (int trial = 0; trial < 4; ++trial) {
+    GraphBuilder b;
+    const int64_t c = channels(rng), h = pick(rng, 2, 9), w = pick(rng, 2, 9);
+    ValueId x = b.input("x", DType::kFloat32, {2, 8, h, w});
+    std::vector<int64_t> perm = {0, 1, 2, 3};
+    std::shuffle(perm.begin(), perm.end(), rng);
+    b.output(b.add1("Sigmoid",
+                    {b.add1("Transpose", {conv1x1(b, x, 8, c)}, {{"perm", attr_ints(perm)}})}));
+    expect_like_reference(b.graph(), "transpose, trial " + std::to_string(trial));
+  }
+}
+
+TEST(OnednnGraphBackend, PadsFoldedAndReal) {
+  std::mt19937 rng(19);
+  for (int trial = 0; trial < 4; ++trial) {
+    GraphBuilder b;
+    const int64_t c = channels(rng), hw = pick(rng, 5, 12);
+    ValueId x = b.input("x", DType::kFloat32, {1, c, hw, hw});
+    const int64_t p0 = pick(rng, 0, 2), p1 = pick(rng, 1, 2);
+    ValueId y = conv1x1(b, x, c, c);
+    // Folded: into a conv and into an average pool (Inception's count_include_pad pool).
+    ValueId padded = b.add1("Pad", {y, ints(b, "p", {0, 0, p0, p1, 0, 0, p1, p0})});
+    ValueId into_conv = conv(b, padded, c, 8, 3);
+    ValueId into_pool = b.add1("AveragePool", {padded}, {{"kernel_shape", attr_ints({3, 3})}});
+    // Real: before a max pool (zeros take part in the max), with a value, on channels, and
+    // NASNet's one-pixel shift (Pad the end, Slice off the start).
+    ValueId before_max =
+        b.add1("MaxPool", {b.add1("Pad", {y, ints(b, "q", {0, 0, 1, 1, 0, 0, 1, 1})})},
+               {{"kernel_shape", attr_ints({3, 3})}});
+    ValueId valued = b.add1(
+        "Pad", {y, ints(b, "r", {0, 0, 0, 2, 0, 0, 1, 0}), b.constant("v", Tensor::scalar(-1.5f))});
+    ValueId on_channels = b.add1("Pad", {y, ints(b, "c", {0, 3, 0, 0, 0, 1, 0, 0})});
+    ValueId shifted = b.add1(
+        "Slice",
+        {b.add1("Pad", {b.add1("Relu", {y}), ints(b, "s", {0, 0, 0, 0, 0, 0, 1, 1})}),
+         ints(b, "st", {1, 1}), ints(b, "en", {INT64_MAX, INT64_MAX}), ints(b, "ax", {2, 3})});
+    for (ValueId out : {into_conv, into_pool, before_max, valued, on_channels})
+      b.output(b.add1("Relu", {out}));
+    b.output(b.add1("AveragePool", {shifted},
+                    {{"kernel_shape", attr_ints({1, 1})}, {"strides", attr_ints({2, 2})}}));
+    expect_like_reference(b.graph(), "pads, trial " + std::to_string(trial));
+  }
+}
+
+// Every pooling form a CNN exports, on a blocked (region) source: ceil mode, padding
+// counted or not, asymmetric pads, strides, dilations (max), global pools.
+TEST(OnednnGraphBackend, PoolingFormsInRegion) {
+  std::mt19937 rng(20);
+  for (int trial = 0; trial < 16; ++trial) {
+    GraphBuilder b;
+    const int64_t c = channels(rng), h = pick(rng, 5, 14), w = pick(rng, 5, 14);
+    ValueId x = b.input("x", DType::kFloat32, {1, 8, h, w});
+    ValueId y = conv1x1(b, x, 8, c);
+    const bool is_max = trial % 2 == 0;
+    const int64_t k = pick(rng, 2, 3), s = pick(rng, 1, 2);
+    const int64_t pt = pick(rng, 0, k - 1), pl = pick(rng, 0, k - 1);
+    const int64_t pb = pick(rng, 0, k - 1), pr = pick(rng, 0, k - 1);
+    std::map<std::string, Attribute> attrs = {{"kernel_shape", attr_ints({k, k})},
+                                              {"strides", attr_ints({s, s})},
+                                              {"pads", attr_ints({pt, pl, pb, pr})},
+                                              {"ceil_mode", attr_i(trial % 4 < 2 ? 1 : 0)}};
+    if (is_max && trial % 3 == 0) attrs["dilations"] = attr_ints({2, 1});
+    if (!is_max) attrs["count_include_pad"] = attr_i(trial % 8 < 4 ? 1 : 0);
+    ValueId pooled = b.add1(is_max ? "MaxPool" : "AveragePool", {y}, attrs);
+    b.output(conv1x1(b, pooled, c, 4));
+    b.output(b.add1(is_max ? "GlobalMaxPool" : "GlobalAveragePool", {y}));
+    std::string what = std::string(is_max ? "max" : "avg") + " k" + std::to_string(k) + " s" +
+                       std::to_string(s) + " pads " + std::to_string(pt) + std::to_string(pl) +
+                       std::to_string(pb) + std::to_string(pr) + " trial " + std::to_string(trial);
+    expect_like_reference(b.graph(), what);
+  }
+}
+
+// Ceil mode whose last window reaches past the end padding, counting padding: the
+// divisor counts the padding but not the reach beyond it (ONNX, PyTorch).
+TEST(OnednnGraphBackend, CeilModeAveragePoolCountingPadding) {
+  for (int64_t pad : {0, 1}) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 8, 6, 7});
+    ValueId y = conv1x1(b, x, 8, 24);
+    b.output(b.add1("AveragePool", {y},
+                    {{"kernel_shape", attr_ints({3, 3})},
+                     {"strides", attr_ints({2, 2})},
+                     {"pads", attr_ints({pad, pad, pad, pad})},
+                     {"ceil_mode", attr_i(1)},
+                     {"count_include_pad", attr_i(1)}}));
+    expect_like_reference(b.graph(),
+                          "ceil-mode average counting padding, pads " + std::to_string(pad));
+    // Alone, on a row-major source, on the op-level backend.
+    GraphBuilder alone;
+    ValueId a = alone.input("x", DType::kFloat32, {2, 5, 7, 6});
+    alone.output(alone.add1("AveragePool", {a},
+                            {{"kernel_shape", attr_ints({3, 2})},
+                             {"strides", attr_ints({2, 2})},
+                             {"pads", attr_ints({pad, 0, pad, 0})},
+                             {"ceil_mode", attr_i(1)},
+                             {"count_include_pad", attr_i(1)}}));
+    testing::expect_like_reference(BackendRegistry::global().get("onednn"), alone.graph(),
+                                   "alone, pads " + std::to_string(pad));
+  }
+}
+
+// A pool whose source is blocked followed by a residual Add: oneDNN 2.6's jit pooling
+// reads a binary post-op operand in the destination's layout.
+TEST(OnednnGraphBackend, PoolPlusResidualAddInRegion) {
+  for (int64_t c : {16, 24, 40}) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 8, 9, 9});
+    ValueId y = conv1x1(b, x, 8, c);
+    ValueId z = conv(b, x, 8, c, 3);
+    for (const char* pool : {"MaxPool", "AveragePool"})
+      b.output(b.add1("Add", {b.add1(pool, {y},
+                                     {{"kernel_shape", attr_ints({3, 3})},
+                                      {"pads", attr_ints({1, 1, 1, 1})},
+                                      {"count_include_pad", attr_i(0)}}),
+                              z}));
+    expect_like_reference(b.graph(), "pool + residual add, " + std::to_string(c) + " channels");
+  }
+}
+
+TEST(OnednnGraphBackend, SpatialReductionsInRegion) {
+  for (int64_t keep : {0, 1}) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {2, 8, 7, 5});
+    ValueId y = conv1x1(b, x, 8, 24);
+    ValueId mean =
+        b.add1("ReduceMean", {y}, {{"axes", attr_ints({2, 3})}, {"keepdims", attr_i(keep)}});
+    ValueId max =
+        b.add1("ReduceMax", {y}, {{"axes", attr_ints({-1, -2})}, {"keepdims", attr_i(keep)}});
+    ValueId sum = b.add1("Add", {mean, max});
+    ValueId w = b.random_constant("fc", {24, 6});
+    b.output(b.add1("MatMul", {b.add1("Reshape", {sum, ints(b, "flat", {2, 24})}), w}));
+    expect_like_reference(b.graph(), "spatial mean and max, keepdims " + std::to_string(keep));
+  }
+}
+
+// EfficientNet/MnasNet/RegNet's squeeze-excitation: global pool -> 1x1 convs -> sigmoid ->
+// channel-wise Mul of the block's activation, with SiLU (x * sigmoid x) around it.
+TEST(OnednnGraphBackend, SqueezeExcitationInRegion) {
+  for (int64_t c : {16, 24}) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, c, 10, 10});
+    ValueId y = conv(b, x, c, c, 3);
+    y = b.add1("Mul", {y, b.add1("Sigmoid", {y})});
+    ValueId s = b.add1("GlobalAveragePool", {y});
+    s = conv(b, s, c, 4, 1);
+    s = b.add1("Mul", {s, b.add1("Sigmoid", {s})});
+    s = b.add1("Sigmoid", {conv(b, s, 4, c, 1)});
+    b.output(conv(b, b.add1("Mul", {s, y}), c, 8, 1));
+    expect_like_reference(b.graph(), "squeeze-excitation, " + std::to_string(c) + " channels");
+  }
+}
+
+// SiLU (x * sigmoid x, as PyTorch exports nn.SiLU) is one swish post-op of the conv before
+// it, on both backends; alone (after an Add) it is one eltwise primitive.
+TEST(OnednnGraphBackend, SiluFusedAsSwish) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 16, 9, 9});
+  ValueId c = conv(b, x, 16, 24, 3);
+  ValueId sig = b.add1("Sigmoid", {c});
+  ValueId silu = b.add1("Mul", {c, sig});
+  ValueId sum = b.add1("Add", {silu, conv(b, x, 16, 24, 1)});
+  ValueId silu2 = b.add1("Mul", {b.add1("Sigmoid", {sum}), sum});
+  b.output(conv(b, silu2, 24, 8, 1));
+  expect_like_reference(b.graph(), "conv + SiLU, Add + SiLU");
+  Backend& onednn = BackendRegistry::global().get("onednn");
+  EXPECT_TRUE(testing::has_match(onednn, b.graph(), {c, sig, silu}))
+      << "conv + sigmoid + mul is not one onednn group";
+  GraphBuilder alone;
+  ValueId a = alone.input("a", DType::kFloat32, {2, 7, 5});
+  alone.output(alone.add1("Mul", {a, alone.add1("Sigmoid", {a})}));
+  testing::expect_like_reference(onednn, alone.graph(), "SiLU alone");
+}
+
+// NASNet's branches each apply their own Relu (and pool) to one cell input: a region
+// computes each once.
+TEST(OnednnGraphBackend, RepeatedComputationsMergedInRegion) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 8, 9, 9});
+  ValueId y = conv(b, x, 8, 16, 1);
+  std::vector<ValueId> branches;
+  for (int i = 0; i < 3; ++i) {
+    ValueId r = b.add1("Relu", {y});
+    ValueId p = b.add1("MaxPool", {r},
+                       {{"kernel_shape", attr_ints({3, 3})}, {"pads", attr_ints({1, 1, 1, 1})}});
+    branches.push_back(b.add1("Add", {conv(b, r, 16, 16, 1), p}));
+  }
+  ValueId r_out = b.add1("Relu", {y});  // a repeat that leaves the region stays
+  b.output(b.add1("Concat", branches, {{"axis", attr_i(1)}}));
+  b.output(r_out);
+  const Graph merged = onednn::merge_duplicates(b.graph());
+  // Three Relu + MaxPool pairs become one pair; the convs differ (their own weights).
+  EXPECT_EQ(merged.num_nodes(), b.graph().num_nodes() - 4);
+  expect_like_reference(b.graph(), "repeated relu and pools");
+}
+
+// RegNetY's block: a grouped 3x3 conv of 8-channel groups (oneDNN then keeps 8-channel
+// blocks, for which its binary primitive has no jit kernel on AVX-512) and a
+// squeeze-excitation Mul of it, plus a residual Add.
+TEST(OnednnGraphBackend, GroupedConvSqueezeExcitationInRegion) {
+  for (int64_t c : {48, 104}) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, c, 12, 12});
+    ValueId y =
+        b.add1("Relu", {b.add1("Conv", {x, b.random_constant("gw", {c, 8, 3, 3}, 0.2f)},
+                               {{"pads", attr_ints({1, 1, 1, 1})}, {"group", attr_i(c / 8)}})});
+    ValueId s = b.add1("Relu", {conv(b, b.add1("GlobalAveragePool", {y}), c, 8, 1)});
+    s = b.add1("Sigmoid", {conv(b, s, 8, c, 1)});
+    ValueId scaled = b.add1("Mul", {y, s});
+    b.output(b.add1("Relu", {b.add1("Add", {conv(b, scaled, c, c, 1), x})}));
+    expect_like_reference(b.graph(), "grouped conv + SE, " + std::to_string(c) + " channels");
+  }
+}
+
+// Each glue op alone on the op-level onednn backend: a plan never needs reference for it.
+TEST(OnednnGraphBackend, GlueOpsAloneOnOnednn) {
+  Backend& onednn = BackendRegistry::global().get("onednn");
+  auto one = [&](const std::string& op, std::vector<ValueId> (*make)(GraphBuilder&, ValueId)) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {2, 6, 5, 4});
+    for (ValueId out : make(b, x)) b.output(out);
+    EXPECT_EQ(find_matches(b.graph(), onednn).size() > 0, true) << op << ": no match";
+    testing::expect_like_reference(onednn, b.graph(), op);
+  };
+  one("Concat", [](GraphBuilder& b, ValueId x) {
+    return std::vector{b.add1("Concat", {x, x}, {{"axis", attr_i(1)}})};
+  });
+  one("Split", [](GraphBuilder& b, ValueId x) {
+    return b.add("Split", {x, ints(b, "s", {1, 5})}, {{"axis", attr_i(1)}}, 2);
+  });
+  one("Slice", [](GraphBuilder& b, ValueId x) {
+    return std::vector{
+        b.add1("Slice", {x, ints(b, "a", {1}), ints(b, "b", {4}), ints(b, "c", {2})})};
+  });
+  one("Transpose", [](GraphBuilder& b, ValueId x) {
+    return std::vector{b.add1("Transpose", {x}, {{"perm", attr_ints({0, 2, 3, 1})}})};
+  });
+  one("Pad", [](GraphBuilder& b, ValueId x) {
+    return std::vector{b.add1("Pad", {x, ints(b, "p", {0, 0, 1, 2, 0, 0, 2, 1})})};
+  });
+  one("Flatten", [](GraphBuilder& b, ValueId x) {
+    return std::vector{b.add1("Flatten", {x}, {{"axis", attr_i(2)}})};
+  });
+  one("Reshape", [](GraphBuilder& b, ValueId x) {
+    return std::vector{b.add1("Reshape", {x, ints(b, "s", {4, -1})})};
+  });
+  one("ReduceMean", [](GraphBuilder& b, ValueId x) {
+    return std::vector{
+        b.add1("ReduceMean", {x}, {{"axes", attr_ints({2, 3})}, {"keepdims", attr_i(0)}})};
+  });
 }
 
 }  // namespace

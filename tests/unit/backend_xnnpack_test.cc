@@ -46,6 +46,13 @@ std::vector<std::vector<NodeId>> match_sets(const Graph& graph, const Backend& b
   return sets;
 }
 
+// Whether xnnpack-graph proposes node `n` on its own (its single-op pattern).
+bool subgraph_supports_node(const Graph& graph, NodeId n) {
+  for (const Match& m : find_matches(graph, graph_level()))
+    if (m.nodes == std::vector<NodeId>{n}) return true;
+  return false;
+}
+
 bool contains(const std::vector<std::vector<NodeId>>& sets, const std::vector<NodeId>& set) {
   return std::find(sets.begin(), sets.end(), set) != sets.end();
 }
@@ -373,6 +380,38 @@ TEST(XnnpackBackend, RegionWithSeveralOutputsAndBroadcasts) {
   u = t.add1("MatMul", {u, t.random_constant("w2", {32, 16})});
   t.output(t.add1("Softmax", {t.add1("Add", {u, h})}));
   EXPECT_TRUE(like_reference(graph_level(), t.finish()));
+}
+
+// The glue a CNN's head and Inception's pools need, inside one region: a zero or valued
+// Pad (pads in NHWC order), and Flatten/Reshape/Squeeze of a pooled [N, C, 1, 1] (the same
+// bytes in NHWC). A Flatten of a larger image stays out (its bytes differ in NHWC).
+TEST(XnnpackBackend, PadsAndPooledViewsInRegions) {
+  std::mt19937 rng(21);
+  for (int trial = 0; trial < 4; ++trial) {
+    GraphBuilder b;
+    const int64_t c = pick(rng, 3, 20), hw = pick(rng, 4, 10);
+    ValueId x = b.input("x", DType::kFloat32, {1, c, hw, hw});
+    ValueId y = b.add1("Relu", {b.add1("Conv", {x, b.random_constant("w", {c, c, 1, 1})})});
+    const int64_t p = pick(rng, 0, 1), q = pick(rng, 1, 2);
+    ValueId padded = b.add1(
+        "Pad",
+        {y, b.constant("pads", Tensor::from_vector<int64_t>({8}, {0, 0, p, q, 0, 0, q, p}))});
+    ValueId avg = b.add1("AveragePool", {padded}, {{"kernel_shape", attr_ints({3, 3})}});
+    ValueId valued = b.add1(
+        "Pad", {y, b.constant("p2", Tensor::from_vector<int64_t>({8}, {0, 1, 0, 1, 0, 2, 1, 0})),
+                b.constant("v", Tensor::scalar<float>(0.5f))});
+    ValueId pooled = b.add1("GlobalAveragePool", {b.add1("Add", {avg, avg})});
+    ValueId flat =
+        trial % 2 ? b.add1("Flatten", {pooled}, {{"axis", attr_i(1)}})
+                  : b.add1("Reshape",
+                           {pooled, b.constant("s", Tensor::from_vector<int64_t>({2}, {1, c}))});
+    b.output(b.add1("Gemm", {flat, b.random_constant("fc", {5, c})}, {{"transB", attr_i(1)}}));
+    b.output(b.add1("MaxPool", {valued}, {{"kernel_shape", attr_ints({2, 2})}}));
+    Graph g = b.finish();
+    for (size_t n = 0; n < g.num_nodes(); ++n)
+      EXPECT_TRUE(subgraph_supports_node(g, static_cast<NodeId>(n))) << g.node(NodeId(n)).op_type;
+    EXPECT_TRUE(like_reference(graph_level(), g)) << "trial " << trial;
+  }
 }
 
 TEST(XnnpackBackend, SoftmaxOnNhwcRegions) {

@@ -256,6 +256,34 @@ std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, V
   return std::nullopt;
 }
 
+std::optional<TailStep> match_swish(const Graph& g, const Consumers& consumers, ValueId x,
+                                    bool whole_reader) {
+  if (!is_f32(g, x)) return std::nullopt;
+  for (NodeId s_id : consumers[x]) {
+    const Node& s = g.node(s_id);
+    if (s.op_type != "Sigmoid" || !s.domain.empty() || !single_output(s) || s.input(0) != x)
+      continue;
+    NodeId m_id;
+    const Node* m = sole_reader(g, consumers, s.outputs[0], "Mul", &m_id);
+    if (!m || other_input(*m, s.outputs[0]) != std::optional<ValueId>(x) ||
+        !is_f32(g, m->outputs[0]) || g.value(m->outputs[0]).shape != g.value(x).shape)
+      continue;
+    std::vector<NodeId> nodes = {s_id, m_id};
+    std::sort(nodes.begin(), nodes.end());
+    if (whole_reader)
+      for (NodeId r : consumers[x])
+        if (!std::binary_search(nodes.begin(), nodes.end(), r)) return std::nullopt;
+    return TailStep{nodes, m->outputs[0], {eltwise(alg::eltwise_swish, 1.0f)}};
+  }
+  return std::nullopt;
+}
+
+std::optional<TailStep> match_fused_activation(const Graph& g, const Consumers& consumers,
+                                               ValueId x, bool whole_reader) {
+  if (std::optional<TailStep> gelu = match_gelu(g, consumers, x, whole_reader)) return gelu;
+  return match_swish(g, consumers, x, whole_reader);
+}
+
 std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumers, ValueId cur) {
   if (is_graph_output(g, cur)) return std::nullopt;
   const std::vector<NodeId>& readers = consumers[cur];
@@ -264,7 +292,7 @@ std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumer
     if (!ops) return std::nullopt;
     return TailStep{{readers[0]}, g.node(readers[0]).outputs[0], std::move(*ops)};
   }
-  if (readers.size() == 2) return match_gelu(g, consumers, cur, true);
+  if (readers.size() == 2) return match_fused_activation(g, consumers, cur, true);
   return std::nullopt;
 }
 
@@ -320,7 +348,8 @@ static std::vector<PostOp> fold_for_injector(const std::vector<PostOp>& ops) {
 }
 
 BoundPostOps bind_post_ops(const std::vector<PostOp>& unfolded, const Shape& dst_shape,
-                           const ShapeMapper& map, ValueMemories& values, bool allow_sum) {
+                           const ShapeMapper& map, ValueMemories& values, bool allow_sum,
+                           const dnnl::memory::desc* dst_layout) {
   BoundPostOps bound;
   auto mapped = [&](const Shape& s) {
     std::optional<Shape> m = map(s);
@@ -348,9 +377,13 @@ BoundPostOps bind_post_ops(const std::vector<PostOp>& unfolded, const Shape& dst
       ++index;
       continue;
     }
-    dnnl::memory::desc md = plain_md(mapped(op.operand_shape));
-    dnnl::memory m =
-        runtime ? values.view(op.operand, md) : values.program().constant(op.constant, md, md);
+    const dnnl::memory::desc plain = plain_md(mapped(op.operand_shape));
+    const bool in_dst_layout =
+        dst_layout && op.operand_shape == dst_shape && dst_layout->dims() == plain.dims();
+    const dnnl::memory::desc md = in_dst_layout ? *dst_layout : plain;
+    dnnl::memory m = !runtime        ? values.program().constant(op.constant, plain, md)
+                     : in_dst_layout ? values.read(op.operand, md)
+                                     : values.view(op.operand, md);
     bound.ops.append_binary(op.alg, md);
     bound.args.emplace_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1, m);
     ++index;

@@ -42,6 +42,15 @@ std::optional<std::vector<PostOp>> node_post_ops(const Graph& g, const Node& nod
 std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, ValueId x,
                                    bool whole_reader);
 
+// x * Sigmoid(x) (SiLU; Swish with beta 1, as PyTorch exports nn.SiLU) reading `x`: its two
+// nodes and output, one eltwise_swish. With `whole_reader`, x is read by those two alone.
+std::optional<TailStep> match_swish(const Graph& g, const Consumers& consumers, ValueId x,
+                                    bool whole_reader);
+
+// A two-node step reading `x` twice (an exported GELU or SiLU), or nullopt.
+std::optional<TailStep> match_fused_activation(const Graph& g, const Consumers& consumers,
+                                               ValueId x, bool whole_reader);
+
 // The step that reads `cur` next in a tail: all of cur's readers must be in it, so cur
 // need not be materialised. Stops (nullopt) at graph outputs.
 std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumers, ValueId cur);
@@ -73,8 +82,13 @@ using ShapeMapper = std::function<std::optional<Shape>(const Shape&)>;
 // 2.6's binary primitive computed sign-flipped results with it (found by the conformance
 // suite on mvn_expanded), its pooling ignored it (NASNet), and a sum with scale -1 (Sub)
 // misbehaved too.
+// With `dst_layout` (the primitive's destination layout, when known before the post-ops
+// are), an operand of the destination's full shape is read in that layout: oneDNN 2.6's jit
+// pooling on a blocked source read a row-major one as if it were blocked (a residual Add
+// after a pool in a region came out 2e4x off tolerance).
 BoundPostOps bind_post_ops(const std::vector<PostOp>& ops, const Shape& dst_shape,
-                           const ShapeMapper& map, ValueMemories& values, bool allow_sum = true);
+                           const ShapeMapper& map, ValueMemories& values, bool allow_sum = true,
+                           const dnnl::memory::desc* dst_layout = nullptr);
 
 // Removes a leading "add a constant broadcast along `axis` only" from `ops` and returns it
 // as a per-channel vector of `channels` values (a bias the primitive adds itself).

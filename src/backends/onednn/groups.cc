@@ -64,6 +64,12 @@ const Family* family_of(const std::string& op_type) {
   return nullptr;
 }
 
+bool is_view_op(const Node& n) {
+  const std::string& t = n.op_type;
+  return n.domain.empty() && (t == "Flatten" || t == "Reshape" || t == "Squeeze" ||
+                              t == "Unsqueeze" || t == "Identity");
+}
+
 bool primitive_head(const Graph& g, const Node& n) {
   if (!n.domain.empty() || n.outputs.empty() || !is_f32(g, n.input(0)) || !is_f32(g, n.outputs[0]))
     return false;
@@ -106,7 +112,8 @@ std::vector<Match> grow_tails(const Graph& g) {
       grow({static_cast<NodeId>(h)}, n.outputs[0]);
   }
   for (size_t v = 0; v < g.num_values(); ++v) {
-    std::optional<TailStep> gelu = match_gelu(g, consumers, static_cast<ValueId>(v), false);
+    std::optional<TailStep> gelu =
+        match_fused_activation(g, consumers, static_cast<ValueId>(v), false);
     if (!gelu) continue;
     out.push_back(Match{gelu->nodes});
     grow(gelu->nodes, gelu->out);
@@ -128,11 +135,13 @@ void emit_group(const Graph& sub, ValueMemories& values) {
   if (!first.domain.empty())
     fail(ErrorKind::kUnsupported, "onednn: op {}.{}", first.domain, first.op_type);
   const std::string& t = first.op_type;
-  if ((t == "Flatten" || t == "Reshape") && sub.num_nodes() == 1) {
+  if (is_view_op(first) && sub.num_nodes() == 1) {
     require_f32(sub, first.input(0), "reshaped value");
     values.reshape(first.outputs[0], first.input(0), sub.value(first.outputs[0]).shape);
     return;
   }
+  if ((t == "Reshape" && sub.num_nodes() == 3) || layout_head(sub, first))
+    return emit_layout(sub, values);
   if (const Family* f = family_of(t)) {
     if (!f->emit) fail(ErrorKind::kUnsupported, "onednn: {} runs only as a kernel of its own", t);
     return f->emit(sub, values);

@@ -17,6 +17,9 @@ constexpr int kMaxTail = 6;
 const std::vector<std::string>& unary_ops();
 const std::vector<std::string>& binary_ops();
 
+// Ops that only reinterpret row-major data (Flatten, Reshape, Squeeze, Unsqueeze,
+// Identity): views, no data moves unless the input is blocked.
+bool is_view_op(const Node& n);
 // Ops whose primitive takes post-ops, judged on the node alone (compile() checks the rest).
 bool primitive_head(const Graph& g, const Node& n);
 // An elementwise node this backend runs on its own, reading `*x`.
@@ -24,7 +27,7 @@ bool elementwise_head(const Graph& g, const Node& n, ValueId* x = nullptr);
 // Every head (primitive, elementwise node, exported GELU) with each prefix of its tail.
 std::vector<Match> grow_tails(const Graph& g);
 
-// Appends group `subgraph` (node 0 its head; Flatten/Reshape alone are views) to
+// Appends group `subgraph` (node 0 its head; a view op alone is a view) to
 // values.program(), dispatching on the head's op. Throws kUnsupported for heads without
 // an emitter (layer norm, softmax: op-level only).
 void emit_group(const Graph& subgraph, ValueMemories& values);

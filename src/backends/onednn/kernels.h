@@ -56,6 +56,25 @@ const std::vector<Family>& families();
 const Family& family(const std::string& name);        // by name ("pool"); must exist
 const Family* family_of(const std::string& op_type);  // nullptr: not a family's head
 
+// The glue between primitives (layout_kernel.cc): Concat, unit-step Slice/Split, Transpose,
+// a constant Pad, ReduceMean/ReduceMax over all spatial axes, and the channel shuffle
+// Reshape -> Transpose -> Reshape (a group of its three nodes).
+bool layout_head(const Graph& graph, const Node& node);
+// The Transpose and second Reshape of a channel shuffle headed by Reshape node `reshape`.
+std::optional<std::vector<NodeId>> channel_shuffle(const Graph& graph,
+                                                   const std::vector<std::vector<NodeId>>& readers,
+                                                   NodeId reshape);
+void emit_layout(const Graph& subgraph, ValueMemories& values);
+// `shape` in the layout `like` is in when that is an activation layout oneDNN picks
+// (channel-blocked or channels-last, rank 3-5), else row-major.
+dnnl::memory::desc layout_like(const dnnl::memory::desc& like, const Shape& shape);
+// `shape` channels-last (rank 3-5), else nullopt.
+std::optional<dnnl::memory::desc> channels_last_md(const Shape& shape);
+// `region` with each zero Pad of spatial dims whose readers are all convolutions or average
+// pools (that count padding, or have none) folded into those readers' pads.
+Graph fold_pads(const Graph& region);
+std::unique_ptr<Kernel> compile_layout(const Graph& subgraph);
+
 // The exported LayerNorm decomposition (ReduceMean -> Sub -> Pow 2 -> ReduceMean -> Add eps
 // -> Sqrt -> Div [-> Mul gamma] [-> Add beta]) over the last axis, when `nodes` of `graph`
 // are exactly that.

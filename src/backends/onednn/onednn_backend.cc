@@ -6,6 +6,7 @@
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
+#include "backends/onednn/region_kernel.h"
 #include "collage/backend.h"
 
 namespace collage::onednn {
@@ -43,6 +44,12 @@ bool layer_norm_check(const Graph& g, const Match& m) {
   return match_layer_norm(g, m.nodes).has_value() && boundary_of(g, m.nodes).outputs.size() == 1;
 }
 
+bool shuffle_check(const Graph& g, const Match& m) {
+  if (m.nodes.size() != 3) return false;
+  std::optional<std::vector<NodeId>> rest = channel_shuffle(g, g.consumers(), m.nodes[0]);
+  return rest && std::vector<NodeId>{m.nodes[0], (*rest)[0], (*rest)[1]} == m.nodes;
+}
+
 class OnednnBackend : public Backend {
  public:
   std::string name() const override { return "onednn"; }
@@ -60,6 +67,10 @@ class OnednnBackend : public Backend {
     const NodePredicate head = [](const Graph& g, const Node& n) { return primitive_head(g, n); };
     const NodePredicate elementwise = [](const Graph& g, const Node& n) {
       return elementwise_head(g, n);
+    };
+    const NodePredicate layout = [](const Graph& g, const Node& n) { return layout_head(g, n); };
+    const NodePredicate view = [](const Graph& g, const Node& n) {
+      return is_view_op(n) && region_node(g, n);
     };
     return {
         {"Conv", op("Conv", {any(), constant(), maybe(constant())}).where(head, "float32"), {}},
@@ -79,6 +90,20 @@ class OnednnBackend : public Backend {
         {"Binary", op_in(binary_ops()).where(elementwise, "float32, one operand broadcast"), {}},
         {"GeluErf", gelu_pattern(), gelu_check},
         {"LayerNormDecomposition", layer_norm_pattern(), layer_norm_check},
+        {"Concat", op("Concat").where(layout, "float32"), {}},
+        {"Slice", op_in({"Slice", "Split"}).where(layout, "float32, constant unit-step cuts"), {}},
+        {"Transpose", op("Transpose").where(layout, "float32"), {}},
+        {"Pad", op("Pad").where(layout, "float32, constant mode and pads, none negative"), {}},
+        {"SpatialReduce",
+         op_in({"ReduceMean", "ReduceMax"}).where(layout, "float32, over all spatial axes"),
+         {}},
+        {"ChannelShuffle", op("Reshape", {op("Transpose", {op("Reshape")})}), shuffle_check},
+        // A copy (its output is the kernel's own buffer): so that no plan needs the fallback
+        // for the Flatten before a classifier.
+        {"View",
+         op_in({"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity"})
+             .where(view, "float32, constant shape"),
+         {}},
     };
   }
 
@@ -103,6 +128,11 @@ class OnednnBackend : public Backend {
       fail(ErrorKind::kUnsupported, "onednn: op {}.{}", first.domain, first.op_type);
     const std::string& t = first.op_type;
     try {
+      if (subgraph.num_nodes() == 1 && is_view_op(first))
+        return compile_group(subgraph, emit_group);
+      if ((subgraph.num_nodes() == 1 && layout_head(subgraph, first)) ||
+          (t == "Reshape" && subgraph.num_nodes() == 3))
+        return compile_layout(subgraph);
       if (const Family* f = family_of(t)) return f->compile(subgraph);
       return compile_elementwise(subgraph);
     } catch (const dnnl::error& e) {

@@ -23,7 +23,10 @@ std::vector<std::string> region_ops() {
   std::vector<std::string> ops;
   for (const Family& f : families())
     if (f.emit) ops.insert(ops.end(), f.ops.begin(), f.ops.end());
-  for (const char* view : {"Flatten", "Reshape"}) ops.push_back(view);
+  // Views, and the glue between primitives (layout_kernel.cc).
+  for (const char* op : {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Concat",
+                         "Slice", "Split", "Transpose", "Pad", "ReduceMean", "ReduceMax"})
+    if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
   for (const auto* list : {&unary_ops(), &binary_ops()})
     for (const std::string& op : *list)
       if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);

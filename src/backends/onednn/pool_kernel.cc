@@ -25,6 +25,9 @@ void emit_pool(const Graph& sub, ValueMemories& values) {
   if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: pool input is not a kernel input");
 
   Dims kernel, strides, dilates, pad_l, pad_r;
+  // Per spatial dim whose ceil-mode windows reach past a counted padding: the factor that
+  // turns oneDNN's divisor (the whole kernel) into ONNX's (the window within input + pads).
+  std::vector<std::pair<size_t, std::vector<float>>> beyond_pads;
   const bool include_pad = !is_max && node.attr_int("count_include_pad", 0) != 0;
   if (global) {
     kernel.assign(xs.begin() + 2, xs.end());
@@ -53,9 +56,16 @@ void emit_pool(const Graph& sub, ValueMemories& values) {
       const int64_t needed = (out - 1) * s[i] + span - in - pl;
       if ((in + pl + pr - span) / s[i] + 1 != out) {
         // ceil_mode: the last window reaches past the end padding. Max and pad-excluding
-        // averages ignore padding, so extending it is exact; pad-counting averages are not.
-        if (include_pad && needed > pr)
-          fail(ErrorKind::kUnsupported, "onednn: ceil_mode average counting padding");
+        // averages ignore padding, so extending it is exact; a pad-counting average divides
+        // by the whole kernel there, and is rescaled below.
+        if (include_pad && needed > pr) {
+          std::vector<float> scale(out);
+          for (int64_t o = 0; o < out; ++o)
+            scale[o] =
+                static_cast<float>(k[i]) /
+                static_cast<float>(std::min(o * s[i] - pl + k[i], in + pr) - (o * s[i] - pl));
+          beyond_pads.emplace_back(i, std::move(scale));
+        }
         pr = needed;
       }
       kernel.push_back(k[i]);
@@ -69,6 +79,24 @@ void emit_pool(const Graph& sub, ValueMemories& values) {
   std::vector<bool> covered(sub.num_nodes(), false);
   covered[0] = true;
   Tail tail = parse_tail(sub, y, covered);
+  if (!beyond_pads.empty()) {
+    // One [1, 1, spatial...] factor, the product of the per-dim ones, multiplied first.
+    Shape factor_shape(ys.size(), 1);
+    for (size_t i = 0; i < nd; ++i) factor_shape[i + 2] = ys[i + 2];
+    Tensor factor(DType::kFloat32, factor_shape);
+    float* f = factor.data<float>();
+    std::fill(f, f + factor.numel(), 1.0f);
+    const std::vector<int64_t> strides_of = shape_strides(factor_shape);
+    for (const auto& [dim, scale] : beyond_pads)
+      for (int64_t e = 0; e < factor.numel(); ++e)
+        f[e] *= scale[(e / strides_of[dim + 2]) % ys[dim + 2]];
+    PostOp rescale;
+    rescale.kind = PostOp::Kind::kBinary;
+    rescale.alg = dnnl::algorithm::binary_mul;
+    rescale.constant = factor;
+    rescale.operand_shape = factor_shape;
+    tail.ops.insert(tail.ops.begin(), rescale);
+  }
   Program& program = values.program();
   const dnnl::memory src = values.as_is(x, xs);
   // The output in the input's layout (format_tag::any follows the source for pooling).
@@ -76,24 +104,29 @@ void emit_pool(const Graph& sub, ValueMemories& values) {
       is_plain(src.get_desc()) ? plain_md(ys) : dnnl::memory::desc(to_dims(ys), dt::f32, tag::any);
   // No sum post-op: oneDNN 2.6's pooling ignores it (the residual Add of NASNet's cells
   // came out as the pool alone); a binary add post-op is exact.
-  BoundPostOps post = bind_post_ops(
-      tail.ops, ys, [](const Shape& s) { return std::optional<Shape>(s); }, values,
-      /*allow_sum=*/false);
-  dnnl::primitive_attr attr = base_attr();
-  attr.set_post_ops(post.ops);
   const dnnl::algorithm alg = is_max        ? dnnl::algorithm::pooling_max
                               : include_pad ? dnnl::algorithm::pooling_avg_include_padding
                                             : dnnl::algorithm::pooling_avg_exclude_padding;
-  auto pd = create_pd("pooling", [&] {
-    return dnnl::pooling_v2_forward::primitive_desc(
-        dnnl::pooling_v2_forward::desc(dnnl::prop_kind::forward_inference, alg, src.get_desc(),
-                                       dst_md, strides, kernel, dilates, pad_l, pad_r),
-        attr, cpu_engine());
-  });
+  auto make_pd = [&](const dnnl::primitive_attr& attr) {
+    return create_pd("pooling", [&] {
+      return dnnl::pooling_v2_forward::primitive_desc(
+          dnnl::pooling_v2_forward::desc(dnnl::prop_kind::forward_inference, alg, src.get_desc(),
+                                         dst_md, strides, kernel, dilates, pad_l, pad_r),
+          attr, cpu_engine());
+    });
+  };
+  // The destination's layout (the source's) before the post-ops are bound: an operand of
+  // the output's shape must be read in it (see bind_post_ops).
+  const dnnl::memory::desc out_layout = make_pd(base_attr()).dst_desc();
+  BoundPostOps post = bind_post_ops(
+      tail.ops, ys, [](const Shape& s) { return std::optional<Shape>(s); }, values,
+      /*allow_sum=*/false, &out_layout);
+  dnnl::primitive_attr attr = base_attr();
+  attr.set_post_ops(post.ops);
+  auto pd = make_pd(attr);
   // A post-op on a row-major source gets oneDNN 2.6's generic "simple_nchw" pooling, 20-50x
-  // slower than its jit kernel (NASNet's pool + Add pairs: 0.4-1.6 ms each). Reading the
-  // source in channel blocks gets the jit kernel, but its binary post-op then reads a
-  // row-major addend wrongly (measured: NASNet's output off by 35 %), so that is not done.
+  // slower than its jit kernel (NASNet's pool + Add pairs: 0.4-1.6 ms each). A blocked
+  // source (inside a region) gets the jit kernel, with the addend read in its layout.
   if (sub.num_nodes() > 1 && is_reference_impl(pd.impl_info_str()))
     fail(ErrorKind::kUnsupported, "onednn: no optimized pooling with these post-ops");
   dnnl::memory dst = values.destination(tail.out, pd.dst_desc());

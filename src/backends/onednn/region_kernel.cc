@@ -2,20 +2,21 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <set>
+#include <tuple>
+
+#include <fmt/ranges.h>
 
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/groups.h"
+#include "backends/onednn/kernels.h"
 
 namespace collage::onednn {
 namespace {
 
 bool is_f32(const Graph& g, ValueId v) {
   return v != kNoValue && g.value(v).dtype == DType::kFloat32;
-}
-
-bool is_view_op(const Node& n) {
-  return n.domain.empty() && (n.op_type == "Flatten" || n.op_type == "Reshape");
 }
 
 // A head and the tail steps that may follow it, longest first tried.
@@ -33,11 +34,13 @@ struct Group {
 
 class RegionCompiler {
  public:
+  // Repeated computations are merged and zero Pads before convolutions and pools folded
+  // into their padding first.
   explicit RegionCompiler(const Graph& region)
-      : region_(region),
-        consumers_(region.consumers()),
-        covered_(region.num_nodes(), false),
-        emitted_(region.num_nodes(), false),
+      : region_(fold_pads(merge_duplicates(region))),
+        consumers_(region_.consumers()),
+        covered_(region_.num_nodes(), false),
+        emitted_(region_.num_nodes(), false),
         values_(program_) {}
 
   std::unique_ptr<Kernel> compile() {
@@ -73,7 +76,16 @@ class RegionCompiler {
     group.head = head;
     covered_[head] = true;
     const Node& node = region_.node(head);
-    if (is_view_op(node)) return group;
+    if (node.op_type == "Reshape") {
+      // A channel shuffle is one group (one primitive); a lone Reshape is a view.
+      if (std::optional<std::vector<NodeId>> rest = channel_shuffle(region_, consumers_, head);
+          rest && std::none_of(rest->begin(), rest->end(), [&](NodeId n) { return covered_[n]; })) {
+        for (NodeId n : *rest) covered_[n] = true;
+        group.steps.push_back(*rest);
+      }
+      return group;
+    }
+    if (is_view_op(node) || layout_head(region_, node)) return group;
     ValueId cur = node.outputs[0];
     for (int k = 0; k < kMaxTail; ++k) {
       std::optional<TailStep> step = next_tail_step(region_, consumers_, cur);
@@ -146,7 +158,7 @@ class RegionCompiler {
     for (NodeId n : nodes) emitted_[n] = true;
   }
 
-  const Graph& region_;
+  const Graph region_;
   const Consumers consumers_;
   std::vector<bool> covered_;
   std::vector<bool> emitted_;
@@ -158,12 +170,67 @@ class RegionCompiler {
 
 }  // namespace
 
+namespace {
+
+// The attributes of `n` as text, equal exactly when the attributes are; nullopt for tensor
+// attributes (not compared).
+std::optional<std::string> attributes_key(const Node& n) {
+  std::string key;
+  for (const auto& [name, a] : n.attrs) {
+    if (a.type == Attribute::Type::kTensor) return std::nullopt;
+    key += fmt::format("{}:{}:{}:{}:{}:{}:{}:{};", name, static_cast<int>(a.type), a.i, a.f, a.s,
+                       fmt::join(a.ints, ","), fmt::join(a.floats, ","), fmt::join(a.strings, ","));
+  }
+  return key;
+}
+
+}  // namespace
+
+Graph merge_duplicates(const Graph& region) {
+  Graph g = region;
+  std::vector<ValueId> same(g.num_values());
+  for (size_t v = 0; v < same.size(); ++v) same[v] = static_cast<ValueId>(v);
+  std::map<std::tuple<std::string, std::string, std::vector<ValueId>, std::string>, NodeId> seen;
+  std::vector<bool> merged(g.num_nodes(), false);
+  bool any = false;
+  for (size_t i = 0; i < g.num_nodes(); ++i) {
+    Node& n = g.node(static_cast<NodeId>(i));
+    for (ValueId& v : n.inputs)
+      if (v != kNoValue) v = same[v];
+    const std::optional<std::string> attrs = attributes_key(n);
+    if (!attrs) continue;
+    auto [it, fresh] = seen.emplace(std::make_tuple(n.domain, n.op_type, n.inputs, *attrs),
+                                    static_cast<NodeId>(i));
+    if (fresh) continue;
+    // A value the region hands out stays its own: each output is bound once.
+    const Node& first = g.node(it->second);
+    const bool leaves = std::any_of(n.outputs.begin(), n.outputs.end(), [&](ValueId v) {
+      return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
+    });
+    bool covered = first.outputs.size() == n.outputs.size();
+    for (size_t k = 0; covered && k < n.outputs.size(); ++k)
+      covered = n.outputs[k] == kNoValue || first.outputs[k] != kNoValue;
+    if (leaves || !covered) continue;
+    for (size_t k = 0; k < n.outputs.size(); ++k)
+      if (n.outputs[k] != kNoValue) same[n.outputs[k]] = first.outputs[k];
+    merged[i] = true;
+    any = true;
+  }
+  if (any) g.prune(merged);
+  return g;
+}
+
 bool region_node(const Graph& g, const Node& n) {
   if (!n.domain.empty() || n.outputs.empty()) return false;
   const std::string& t = n.op_type;
-  if (t == "Flatten" || t == "Reshape")
+  if (is_view_op(n)) {
+    // Reshape's shape and opset-13 Squeeze/Unsqueeze's axes are constants, not inputs.
+    const ValueId second = n.input(1);
+    const bool constant_second = second != kNoValue && g.value(second).is_constant();
     return n.outputs.size() == 1 && is_f32(g, n.input(0)) && g.value(n.outputs[0]).shape_known &&
-           (t == "Flatten" || (n.input(1) != kNoValue && g.value(n.input(1)).is_constant()));
+           (t == "Reshape" ? constant_second : second == kNoValue || constant_second);
+  }
+  if (layout_head(g, n)) return true;
   if (t == "BatchNormalization") {
     for (size_t i = 1; i < n.outputs.size(); ++i)
       if (n.outputs[i] != kNoValue) return false;

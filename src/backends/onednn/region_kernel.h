@@ -14,6 +14,11 @@ namespace collage::onednn {
 // Reshape to a constant shape).
 bool region_node(const Graph& g, const Node& n);
 
+// `region` with each node that repeats an earlier one (same op, attributes and inputs:
+// NASNet's branches each apply their own Relu and pool to one cell input) merged into it,
+// unless its output leaves the region. compile_region starts with this.
+Graph merge_duplicates(const Graph& region);
+
 // Throws kUnsupported naming the first node it can't take.
 std::unique_ptr<Kernel> compile_region(const Graph& region);
 

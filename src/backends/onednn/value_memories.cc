@@ -120,6 +120,24 @@ bool ValueMemories::can_overwrite(ValueId v, const dnnl::memory& m, ValueId out,
          e.primary.memory.get() == m.get() && m.get_desc() == md;
 }
 
+dnnl::memory ValueMemories::sub_view(ValueId v, const Dims& dims, const Dims& offsets) {
+  const BoundMemory primary = at(v).primary;
+  // dnnl_memory_desc_init_submemory refuses (an error status, no throw with allow_empty)
+  // what the layout can't describe: then the row-major form, where every cut can.
+  dnnl::memory::desc sub = primary.memory.get_desc().submemory_desc(dims, offsets, true);
+  if (sub.data.ndims == 0) {
+    const BoundMemory p = plain(v);
+    return view_of(p, p.memory.get_desc().submemory_desc(dims, offsets));
+  }
+  return view_of(primary, sub);
+}
+
+dnnl::memory ValueMemories::fresh_destination(ValueId v, const dnnl::memory::desc& md) {
+  dnnl::memory m = program_->buffer(md);
+  if (has(v)) staged_[v] = m;
+  return m;
+}
+
 void ValueMemories::reshape(ValueId out, ValueId in, const Shape& shape) {
   const dnnl::memory::desc md = plain_md(shape);
   BoundMemory src = plain(in);

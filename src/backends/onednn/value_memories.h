@@ -69,6 +69,23 @@ class ValueMemories {
   // `in` is blocked or `out` is a bound output.
   void reshape(ValueId out, ValueId in, const Shape& shape);
 
+  // The part of `v` of `dims` starting at `offsets` (Slice, Split), in the layout `v` has
+  // when a sub-memory of it can be described there (a blocked layout cuts channels only
+  // at block boundaries), else in its row-major form.
+  dnnl::memory sub_view(ValueId v, const Dims& dims, const Dims& offsets);
+  // `v`'s memory as it is, described by `md` (the same bytes seen with other dims and
+  // strides: a split dimension, permuted strides).
+  dnnl::memory reinterpret(ValueId v, const dnnl::memory::desc& md) {
+    return view_of(at(v).primary, md);
+  }
+  // A new program buffer of layout `md` that the primitive producing `v` writes, never a
+  // view of v's bound output (a Pad keeps its border in it from compile time on; a
+  // Transpose writes it through permuted strides). produced() copies it to the bound output.
+  dnnl::memory fresh_destination(ValueId v, const dnnl::memory::desc& md);
+  // No later group may write over `v`'s memory in place (its buffer holds more than the
+  // value each run rewrites).
+  void keep_intact(ValueId v) { at(v).aliased = true; }
+
  private:
   Entry& at(ValueId v);
   // The row-major form of `v`, made by a reorder if it has none yet.

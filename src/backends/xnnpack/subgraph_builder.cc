@@ -6,6 +6,7 @@
 
 #include "backends/xnnpack/layout.h"
 #include "backends/xnnpack/op_params.h"
+#include "ops/tensor_util.h"
 
 namespace collage::xnnpack {
 namespace {
@@ -59,11 +60,57 @@ std::optional<int64_t> softmax_row_in_layout(const Graph& graph, const Node& nod
   return std::nullopt;
 }
 
+// Row-major data whose NHWC form inside a region is the same bytes: not 4-D, or 4-D with
+// one pixel (a pooled [N, C, 1, 1]).
+bool layout_free(const Shape& shape) {
+  return shape.size() != 4 || shape[2] * shape[3] == 1;
+}
+
+bool is_view_op(const Node& node) {
+  return op_is(node, {"Flatten", "Reshape", "Squeeze", "Unsqueeze"});
+}
+
+// A constant-mode, non-negative Pad with a constant value: its pads (begin, end) in the
+// order the region lays the value out (NHWC for 4-D), and the value.
+struct PadAmounts {
+  std::vector<size_t> begin, end;
+  float value = 0;
+};
+
+std::optional<PadAmounts> pad_amounts(const Graph& graph, const Node& node) {
+  const ops::PadSpec spec = ops::pad_spec(InferContext(graph, node));
+  if (spec.mode != ops::PadMode::kConstant) return std::nullopt;
+  PadAmounts p;
+  p.value = static_cast<float>(spec.attr_value);
+  if (node.input(2) != kNoValue && graph.opset >= 11) {
+    if (!is_const(graph, node.input(2)) || graph.value(node.input(2)).constant.numel() != 1)
+      return std::nullopt;
+    p.value = static_cast<float>(graph.value(node.input(2)).constant.get_as_double(0));
+  }
+  std::vector<int64_t> order(spec.begin.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int64_t>(k);
+  if (order.size() == 4) order = {0, 2, 3, 1};
+  for (int64_t k : order) {
+    if (spec.begin[k] < 0 || spec.end[k] < 0) return std::nullopt;
+    p.begin.push_back(static_cast<size_t>(spec.begin[k]));
+    p.end.push_back(static_cast<size_t>(spec.end[k]));
+  }
+  return p;
+}
+
 }  // namespace
 
 bool subgraph_supports(const Graph& graph, const Node& node) {
   if (!node.domain.empty() || node.inputs.empty() || node.outputs.empty()) return false;
-  if (node.input(0) == kNoValue || !all_float32(graph, node)) return false;
+  if (node.input(0) == kNoValue) return false;
+  // Pad and the views take int64 pads/shapes/axes (constants); their data is float32.
+  if (node.op_type == "Pad" || is_view_op(node)) {
+    if (graph.value(node.input(0)).dtype != DType::kFloat32 ||
+        graph.value(node.outputs[0]).dtype != DType::kFloat32)
+      return false;
+  } else if (!all_float32(graph, node)) {
+    return false;
+  }
   for (size_t i = 1; i < node.outputs.size(); ++i)
     if (node.outputs[i] != kNoValue) return false;
   int out_rank = rank_of(graph, node.outputs[0]);
@@ -85,6 +132,12 @@ bool subgraph_supports(const Graph& graph, const Node& node) {
       return true;
     }
     if (node.op_type == "Sigmoid") return true;
+    // Views whose bytes are the same in the region's layout; shape inputs are constants.
+    if (is_view_op(node))
+      return (node.input(1) == kNoValue || is_const(graph, node.input(1))) &&
+             layout_free(graph.value(node.input(0)).shape) &&
+             layout_free(graph.value(node.outputs[0]).shape);
+    if (node.op_type == "Pad") return pad_amounts(graph, node).has_value();
     if (node.op_type == "Softmax") {
       std::optional<int64_t> row = softmax_row_in_layout(graph, node);
       return row && *row > 0;
@@ -269,6 +322,16 @@ class SubgraphBuilder {
                    "define sigmoid");
     } else if (t == "Softmax") {
       define_softmax(node, out);
+    } else if (is_view_op(node)) {
+      std::vector<size_t> dims = dims_in_layout(g_.value(node.outputs[0]).shape);
+      check_status(xnn_define_static_reshape(sg, dims.size(), dims.data(),
+                                             operand(node.inputs[0], out_rank), out, 0),
+                   "define reshape");
+    } else if (t == "Pad") {
+      PadAmounts p = pad_amounts(g_, node).value();
+      check_status(xnn_define_static_constant_pad(sg, p.begin.data(), p.end.data(), p.value,
+                                                  operand(node.inputs[0], out_rank), out, 0),
+                   "define constant pad");
     } else if (is_binary_op(node)) {
       uint32_t a = operand(node.inputs[0], out_rank), b = operand(node.inputs[1], out_rank);
       xnn_status status;

@@ -17,9 +17,10 @@ constexpr int kMaxRegionNodes = 8;
 
 const std::vector<std::string>& region_ops() {
   static const std::vector<std::string> ops = {
-      "Conv", "MatMul", "Gemm",    "MaxPool", "AveragePool", "GlobalAveragePool",
-      "Relu", "Clip",   "Sigmoid", "Softmax", "Add",         "Mul",
-      "Sub",  "Div"};
+      "Conv",     "MatMul", "Gemm",    "MaxPool", "AveragePool", "GlobalAveragePool",
+      "Relu",     "Clip",   "Sigmoid", "Softmax", "Add",         "Mul",
+      "Sub",      "Div",    "Pad",     "Flatten", "Reshape",     "Squeeze",
+      "Unsqueeze"};
   return ops;
 }
 
