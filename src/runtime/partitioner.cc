@@ -298,7 +298,13 @@ std::vector<std::vector<size_t>> maximal_regions(const Graph& graph, const Place
 
 Placement place_on_single_backend(const Graph& graph, Backend& backend, int threads,
                                   std::vector<std::string>* log,
-                                  std::vector<std::shared_ptr<Kernel>>* kernels_out) {
+                                  std::vector<std::shared_ptr<Kernel>>* kernels_out,
+                                  const std::string& variant) {
+  auto variant_for = [&](const std::vector<NodeId>& nodes) -> std::string {
+    if (variant.empty()) return "";
+    std::vector<std::string> offered = backend.variants(extract_subgraph(graph, nodes));
+    return std::find(offered.begin(), offered.end(), variant) != offered.end() ? variant : "";
+  };
   Placement placement;
   std::vector<std::shared_ptr<Kernel>> kernels;
   if (BackendRegistry::global().is_fallback(backend)) return placement;
@@ -331,7 +337,7 @@ Placement place_on_single_backend(const Graph& graph, Backend& backend, int thre
                       [&](NodeId x) { return group_of[x] >= 0; }))
         continue;
       for (NodeId x : match.nodes) group_of[x] = static_cast<int>(placement.size());
-      Candidate c{match.nodes, &backend, "", threads};
+      Candidate c{match.nodes, &backend, variant_for(match.nodes), threads};
       std::shared_ptr<Kernel> kernel;
       if (groups_are_acyclic(graph, group_of)) kernel = try_compile(c);
       if (!kernel) {
@@ -353,6 +359,7 @@ Placement place_on_single_backend(const Graph& graph, Backend& backend, int thre
           region.nodes.insert(region.nodes.end(), placement[p].nodes.begin(),
                               placement[p].nodes.end());
         std::sort(region.nodes.begin(), region.nodes.end());
+        region.variant = variant_for(region.nodes);
         if (std::shared_ptr<Kernel> kernel = try_compile(region)) {
           merged.push_back(std::move(region));
           merged_kernels.push_back(std::move(kernel));

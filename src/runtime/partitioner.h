@@ -64,9 +64,12 @@ Plan plan_of_steps(const Graph& graph, const std::vector<Step>& steps, int threa
 // run on the fallback. A graph-level backend then merges neighbouring regions while the union
 // stays convex, acyclic and compiles: its maximal regions, as its own runtime would take
 // them. `log` receives one line per candidate the backend refused to compile. Compiled
-// kernels come back in `kernels` (parallel to the placement) when it is given.
+// kernels come back in `kernels` (parallel to the placement) when it is given. With a
+// `variant`, each candidate is built as it where the backend offers it for the candidate's
+// nodes, else as the default.
 Placement place_on_single_backend(const Graph& graph, Backend& backend, int threads,
                                   std::vector<std::string>* log = nullptr,
-                                  std::vector<std::shared_ptr<Kernel>>* kernels = nullptr);
+                                  std::vector<std::shared_ptr<Kernel>>* kernels = nullptr,
+                                  const std::string& variant = "");
 
 }  // namespace collage

@@ -48,6 +48,8 @@ const char* status_name(Status s) {
 struct Result {
   Status status = Status::kFailed;
   std::string reason;
+  // A kernel of the session was built as a variant (--backend NAME/VARIANT).
+  bool ran_variant = false;
 };
 
 struct TestCase {
@@ -133,6 +135,7 @@ Result run_test_unguarded(const TestCase& test, const Config& config) {
   }
 
   std::optional<Session> session;
+  bool ran_variant = false;
   std::vector<Shape> session_shapes;
   bool frozen = false;  // inputs were frozen to one data set's values: reload for the next
   for (const fs::path& set : sets) {
@@ -177,6 +180,7 @@ Result run_test_unguarded(const TestCase& test, const Config& config) {
         return classify_current_exception("load");
       }
       session_shapes = shapes;
+      for (const PlanGroup& g : session->plan().groups) ran_variant |= !g.variant.empty();
     }
 
     // The session wants its own input order; match the data to it by name.
@@ -209,7 +213,7 @@ Result run_test_unguarded(const TestCase& test, const Config& config) {
       }
     }
   }
-  return {Status::kPassed, ""};
+  return {Status::kPassed, "", ran_variant};
 }
 
 // ONNX's node tests feed shape-setting values (a Reshape's target, Slice's starts, Resize's
@@ -277,7 +281,9 @@ Result run_isolated(const TestCase& test, const Config& config, int timeout_s) {
     close(fds[0]);
     if (timeout_s > 0) alarm(static_cast<unsigned>(timeout_s));
     const Result r = run_test(test, config);
-    const std::string message = static_cast<char>('0' + static_cast<int>(r.status)) + r.reason;
+    const std::string message = std::string{static_cast<char>('0' + static_cast<int>(r.status)),
+                                            r.ran_variant ? '1' : '0'} +
+                                r.reason;
     // _exit: the parent's buffered stdio and atexit handlers are not the child's to run.
     _exit(write_all(fds[1], message) ? 0 : 3);
   }
@@ -303,8 +309,8 @@ Result run_isolated(const TestCase& test, const Config& config, int timeout_s) {
     return failed(fmt::format("child exited with status {} without a result",
                               WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1));
   const int code = message[0] - '0';
-  if (code < 0 || code > 2) return failed("garbled result from child");
-  return {static_cast<Status>(code), message.substr(1)};
+  if (code < 0 || code > 2 || message.size() < 2) return failed("garbled result from child");
+  return {static_cast<Status>(code), message.substr(2), message[1] == '1'};
 }
 
 // Every test folder (one holding model.onnx) of a suite, sorted by name.
@@ -330,6 +336,7 @@ int main_impl(int argc, char** argv) {
   std::string filter;
   std::string report_path;
   int min_passed = 0;
+  int min_variant = 0;
   int timeout_s = 300;
   bool no_isolate = false;
   bool verbose = false;
@@ -346,6 +353,10 @@ int main_impl(int argc, char** argv) {
   app.add_option("--filter", filter, "Run only tests whose name contains this");
   app.add_option("--min-passed", min_passed, "Fail unless at least this many tests pass")
       ->capture_default_str();
+  app.add_option("--min-variant-passed", min_variant,
+                 "Fail unless at least this many passed tests ran a kernel built as the "
+                 "variant of --backend NAME/VARIANT (so a variant's run checks the variant)")
+      ->capture_default_str();
   app.add_option("--report", report_path, "Write every test's status and reason as JSON here");
   app.add_option("--rtol", config.tol.rtol, "Relative tolerance for floats")->capture_default_str();
   app.add_option("--atol", config.tol.atol, "Absolute tolerance for floats")->capture_default_str();
@@ -358,10 +369,13 @@ int main_impl(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbose, "Print each test before running it, and unsupported ones");
   CLI11_PARSE(app, argc, argv);
 
-  int passed = 0, num_failed = 0, unsupported = 0;
+  int passed = 0, num_failed = 0, unsupported = 0, passed_variant = 0;
   auto summary = [&] {
     fmt::print("conformance: {} passed, {} failed, {} unsupported\n", passed, num_failed,
                unsupported);
+    if (config.backend.find('/') != std::string::npos)
+      fmt::print("conformance: {} passed tests ran a kernel built as {}\n", passed_variant,
+                 config.backend);
     std::fflush(stdout);
   };
 
@@ -404,7 +418,10 @@ int main_impl(int argc, char** argv) {
     switch (r.status) {
       case Status::kPassed:
         ++passed;
-        if (verbose) fmt::print("PASSED {} ({:.2f} s)\n", test.name, seconds);
+        passed_variant += r.ran_variant;
+        if (verbose)
+          fmt::print("PASSED {} ({:.2f} s){}\n", test.name, seconds,
+                     r.ran_variant ? " [variant]" : "");
         break;
       case Status::kFailed:
         ++num_failed;
@@ -435,7 +452,10 @@ int main_impl(int argc, char** argv) {
   summary();
   if (passed < min_passed)
     fmt::print("conformance: {} passed is below --min-passed {}\n", passed, min_passed);
-  return num_failed == 0 && passed >= min_passed ? 0 : 1;
+  if (passed_variant < min_variant)
+    fmt::print("conformance: {} passed with the variant is below --min-variant-passed {}\n",
+               passed_variant, min_variant);
+  return num_failed == 0 && passed >= min_passed && passed_variant >= min_variant ? 0 : 1;
 }
 
 }  // namespace

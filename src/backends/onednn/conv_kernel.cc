@@ -1,6 +1,8 @@
 // Conv and ConvTranspose on oneDNN's (de)convolution primitives. Weights are reordered once
 // to the layout the primitive prefers (blocked, format_tag::any); activations are
-// reordered only where they are not already in the layout the primitive prefers.
+// reordered only where they are not already in the layout the primitive prefers. A Conv is
+// built with the direct algorithm or, as the "winograd" variant, with oneDNN's Winograd
+// convolution (fewer multiplies for 3x3 stride-1 kernels).
 #include <numeric>
 
 #include "backends/onednn/epilogue.h"
@@ -115,7 +117,26 @@ dnnl::memory::desc weights_view(const Shape& w, int64_t group, bool transposed) 
 
 }  // namespace
 
-void emit_conv(const Graph& sub, ValueMemories& values) {
+// What oneDNN 2.6.3's Winograd kernels take (jit_fp32_wino_2x3 and jit_wino_4x3 on
+// avx512_core, probed on this machine): 2-D, 3x3, stride 1, no dilation, one group, pads of
+// at most 1; any channel count and spatial size. Post-ops: Relu and a residual sum only
+// (Clip, Sigmoid, binary ops are refused when the primitive is created).
+bool winograd_candidate(const Graph& g, const Node& n) {
+  if (n.op_type != "Conv" || !n.domain.empty() || n.inputs.size() < 2) return false;
+  const Shape& ws = g.value(n.input(1)).shape;
+  if (ws.size() != 4 || ws[2] != 3 || ws[3] != 3 || n.attr_int("group", 1) != 1) return false;
+  for (int64_t s : n.attr_ints("strides", {1, 1}))
+    if (s != 1) return false;
+  for (int64_t d : n.attr_ints("dilations", {1, 1}))
+    if (d != 1) return false;
+  // auto_pad SAME_* on a 3x3 stride-1 window pads 1 on each side, VALID none.
+  if (n.attr_string("auto_pad", "NOTSET") != "NOTSET") return true;
+  for (int64_t p : n.attr_ints("pads", {0, 0, 0, 0}))
+    if (p < 0 || p > 1) return false;
+  return true;
+}
+
+void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm) {
   const Node& node = sub.node(0);
   const bool transposed = node.op_type == "ConvTranspose";
   const ValueId x = node.input(0), w = node.input(1), b = node.input(2);
@@ -133,6 +154,10 @@ void emit_conv(const Graph& sub, ValueMemories& values) {
     fail(ErrorKind::kUnsupported, "onednn: conv of rank {}", xs.size());
   const int64_t group = node.attr_int("group", 1);
   if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: conv input is not a kernel input");
+  const bool winograd = algorithm == ConvAlgorithm::kWinograd;
+  if (winograd && !winograd_candidate(sub, node))
+    fail(ErrorKind::kUnsupported,
+         "onednn: Winograd needs a 2-D 3x3 stride-1 undilated single-group Conv with pads <= 1");
 
   std::vector<bool> covered(sub.num_nodes(), false);
   covered[0] = true;
@@ -180,11 +205,13 @@ void emit_conv(const Graph& sub, ValueMemories& values) {
     prim = dnnl::deconvolution_forward(p);
     pd = std::make_shared<dnnl::deconvolution_forward::primitive_desc>(p);
   } else {
-    auto p = create_pd("convolution", [&] {
+    auto p = create_pd(winograd ? "Winograd convolution" : "convolution", [&] {
       return dnnl::convolution_forward::primitive_desc(
-          dnnl::convolution_forward::desc(inference, dnnl::algorithm::convolution_direct, src_md,
-                                          w_md, b_md, dst_md, geo.strides, geo.dilates, geo.pad_l,
-                                          geo.pad_r),
+          dnnl::convolution_forward::desc(inference,
+                                          winograd ? dnnl::algorithm::convolution_winograd
+                                                   : dnnl::algorithm::convolution_direct,
+                                          src_md, w_md, b_md, dst_md, geo.strides, geo.dilates,
+                                          geo.pad_l, geo.pad_r),
           attr, cpu_engine());
     });
     prim = dnnl::convolution_forward(p);
@@ -219,8 +246,12 @@ void emit_conv(const Graph& sub, ValueMemories& values) {
   values.produced(tail.out, dst);
 }
 
-std::unique_ptr<Kernel> compile_conv(const Graph& sub) {
-  return compile_group(sub, emit_conv);
+std::unique_ptr<Kernel> compile_conv(const Graph& sub, ConvAlgorithm algorithm) {
+  Program program;
+  ValueMemories values(program);
+  values.bind_plain_boundary(sub);
+  emit_conv(sub, values, algorithm);
+  return std::make_unique<ProgramKernel>(std::move(program));
 }
 
 }  // namespace collage::onednn

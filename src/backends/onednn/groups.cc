@@ -89,7 +89,7 @@ std::unique_ptr<Kernel> compile_group(const Graph& subgraph, Emitter emit) {
   return std::make_unique<ProgramKernel>(std::move(program));
 }
 
-void emit_group(const Graph& sub, ValueMemories& values) {
+void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algorithm) {
   if (sub.num_nodes() == 0) fail(ErrorKind::kUnsupported, "onednn: empty group");
   const Node& first = sub.node(0);
   if (!first.domain.empty())
@@ -100,7 +100,7 @@ void emit_group(const Graph& sub, ValueMemories& values) {
     values.reshape(first.outputs[0], first.input(0), sub.value(first.outputs[0]).shape);
     return;
   }
-  if (t == "Conv" || t == "ConvTranspose") return emit_conv(sub, values);
+  if (t == "Conv" || t == "ConvTranspose") return emit_conv(sub, values, conv_algorithm);
   if (t == "MatMul" || t == "Gemm") return emit_matmul(sub, values);
   if (t == "MaxPool" || t == "AveragePool" || t == "GlobalMaxPool" || t == "GlobalAveragePool")
     return emit_pool(sub, values);

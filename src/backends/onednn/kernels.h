@@ -21,8 +21,15 @@ using Emitter = void (*)(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_group(const Graph& subgraph, Emitter emit);
 
 // Conv / ConvTranspose (1-3 spatial dims, groups, bias) + tail.  conv_kernel.cc
-void emit_conv(const Graph& subgraph, ValueMemories& values);
-std::unique_ptr<Kernel> compile_conv(const Graph& subgraph);
+// The algorithm of a Conv: direct (oneDNN's default) or Winograd (the "winograd" variant).
+enum class ConvAlgorithm { kDirect, kWinograd };
+// Whether Conv node `n` has the shape oneDNN's Winograd kernels take (checked without
+// creating a primitive; the primitive may still refuse the group's post-ops).
+bool winograd_candidate(const Graph& g, const Node& n);
+void emit_conv(const Graph& subgraph, ValueMemories& values,
+               ConvAlgorithm algorithm = ConvAlgorithm::kDirect);
+std::unique_ptr<Kernel> compile_conv(const Graph& subgraph,
+                                     ConvAlgorithm algorithm = ConvAlgorithm::kDirect);
 // MatMul (batched, broadcasting) / Gemm (transA/B, alpha, beta, C) + tail.  matmul_kernel.cc
 void emit_matmul(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_matmul(const Graph& subgraph);

@@ -33,8 +33,9 @@ struct Group {
 
 class RegionCompiler {
  public:
-  explicit RegionCompiler(const Graph& region)
+  RegionCompiler(const Graph& region, const std::vector<bool>& winograd)
       : region_(region),
+        winograd_(winograd),
         consumers_(region.consumers()),
         covered_(region.num_nodes(), false),
         emitted_(region.num_nodes(), false),
@@ -135,7 +136,9 @@ class RegionCompiler {
     }
     for (size_t i = 0; i < b.outputs.size(); ++i)
       if (values_.has(b.outputs[i])) group_values.set(sub.outputs[i], values_.entry(b.outputs[i]));
-    emit_group(sub, group_values);
+    const NodeId head = *std::min_element(nodes.begin(), nodes.end());
+    const bool winograd = static_cast<size_t>(head) < winograd_.size() && winograd_[head];
+    emit_group(sub, group_values, winograd ? ConvAlgorithm::kWinograd : ConvAlgorithm::kDirect);
     // Inputs come back too: a reorder one group made is reused by the next reader.
     for (size_t i = 0; i < b.inputs.size(); ++i)
       values_.set(b.inputs[i], group_values.entry(sub.inputs[i]));
@@ -147,6 +150,7 @@ class RegionCompiler {
   }
 
   const Graph& region_;
+  const std::vector<bool> winograd_;
   const Consumers consumers_;
   std::vector<bool> covered_;
   std::vector<bool> emitted_;
@@ -178,10 +182,10 @@ bool region_node(const Graph& g, const Node& n) {
   return primitive_head(g, n) || elementwise_head(g, n);
 }
 
-std::unique_ptr<Kernel> compile_region(const Graph& region) {
+std::unique_ptr<Kernel> compile_region(const Graph& region, const std::vector<bool>& winograd) {
   if (region.num_nodes() == 0) fail(ErrorKind::kUnsupported, "onednn-graph: empty region");
   try {
-    return RegionCompiler(region).compile();
+    return RegionCompiler(region, winograd).compile();
   } catch (const dnnl::error& e) {
     fail(ErrorKind::kUnsupported, "onednn-graph: {}", e.what());
   }
