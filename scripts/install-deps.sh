@@ -16,6 +16,8 @@ PACKAGES=(
   # headers and library; libdnnl-dev only *recommends* them (we install no recommends).
   libdnnl-dev ocl-icd-opencl-dev opencl-headers libopenblas-dev libopenblas0-pthread libxnnpack-dev libpthreadpool-dev
   libhalide14-0-dev libtorch-dev
+  # the libxsmm backend: JIT small GEMMs / 1x1 convs (static library only; links OpenBLAS)
+  libxsmm-dev
   # PyTorch's exporter, used by tests to make real exported models
   python3-torch python3-torchvision python3-onnx python3-numpy
   # the Python module (pybind11 extension for Debian's python3) and its pytest suites
