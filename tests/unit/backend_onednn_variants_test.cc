@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <random>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend_test_util.h"
@@ -345,6 +347,124 @@ TEST(OnednnVariants, PlanKeepsComposedVariantsThroughJson) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
   }
+}
+
+// ------------------------------------------------------------ 1x1 conv + depthwise conv
+
+ValueId relu6(GraphBuilder& b, ValueId v) {
+  return b.add1(
+      "Clip", {v, b.constant("lo", Tensor::scalar(0.0f)), b.constant("hi", Tensor::scalar(6.0f))});
+}
+
+// A MobileNetV2 inverted-residual front: 1x1 expand (+ tail) -> 3x3 depthwise (+ tail).
+// `tail` 0: none, 1: Relu, 2: Clip(0, 6) (ReLU6), 3: channel-bias Add then ReLU6.
+GraphBuilder expand_dw(int64_t n, int64_t c, int64_t m, int64_t h, int64_t w, int64_t stride,
+                       int tail_before, int tail_after, bool bias) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {n, c, h, w});
+  auto tail = [&](ValueId v, int kind) {
+    if (kind == 3) v = b.add1("Add", {v, b.random_constant("cb", {m, 1, 1})});
+    if (kind == 1) v = b.add1("Relu", {v});
+    if (kind >= 2) v = relu6(b, v);
+    return v;
+  };
+  std::vector<ValueId> in = {x, b.random_constant("w1", {m, c, 1, 1}, 0.4f)};
+  if (bias) in.push_back(b.random_constant("b1", {m}));
+  ValueId y = tail(b.add1("Conv", in), tail_before);
+  std::vector<ValueId> dw_in = {y, b.random_constant("wd", {m, 1, 3, 3}, 0.4f)};
+  if (bias) dw_in.push_back(b.random_constant("bd", {m}));
+  y = b.add1("Conv", dw_in,
+             {{"group", attr_i(m)},
+              {"strides", attr_ints({stride, stride})},
+              {"pads", attr_ints({1, 1, 1, 1})}});
+  b.output(tail(y, tail_after));
+  return b;
+}
+
+bool proposes_whole(const Backend& backend, const Graph& g) {
+  std::vector<NodeId> all(g.num_nodes());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<NodeId>(i);
+  for (const Match& m : find_matches(g, backend))
+    if (m.nodes == all) return true;
+  return false;
+}
+
+TEST(OnednnConvDepthwise, RandomizedLikeReferenceOrRefusedHonestly) {
+  std::mt19937 rng(29);
+  int compiled = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const int64_t n = pick(rng, 1, 2), c = pick(rng, 1, 40), m = pick(rng, 1, 64),
+                  h = pick(rng, 3, 20), w = pick(rng, 3, 20), stride = pick(rng, 1, 2);
+    // No Relu before and ReLU6 after: oneDNN 2.6 would evaluate both with the first's
+    // parameters (a different alg is fine, the same alg twice must match).
+    const int before = trial % 4, after = (trial / 4) % 3;
+    GraphBuilder b = expand_dw(n, c, m, h, w, stride, before, after, trial % 3 != 0);
+    const std::string what = fmt::format("trial {}: n{} c{} m{} {}x{} stride {} tails {}/{}", trial,
+                                         n, c, m, h, w, stride, before, after);
+    ASSERT_TRUE(proposes_whole(onednn(), b.graph())) << what;
+    try {
+      Outputs o = run_variant(onednn(), b.graph(), "");
+      ++compiled;
+      EXPECT_EQ(compare_outputs(o.got, o.want, Tolerance::backend_vs_reference()), "") << what;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << what << ": " << e.what();
+      ADD_FAILURE() << what << ": refused: " << e.what();
+    }
+  }
+  EXPECT_EQ(compiled, 12);
+}
+
+TEST(OnednnConvDepthwise, MobileNetV2ShapesLikeReference) {
+  // MobileNetV2's expansions at 224 (ref_fused_convolution of two jit primitives here) and a
+  // large intermediate oneDNN fuses in one jit 1x1 kernel (16 -> 192 at 112x112).
+  struct Case {
+    int64_t c, m, hw, stride;
+  };
+  for (Case k : {Case{24, 144, 56, 1}, Case{24, 144, 56, 2}, Case{96, 576, 14, 1},
+                 Case{160, 960, 7, 1}, Case{16, 192, 112, 1}}) {
+    GraphBuilder b = expand_dw(1, k.c, k.m, k.hw, k.hw, k.stride, 2, 2, true);
+    expect_like_reference(onednn(), b.graph(), "",
+                          fmt::format("{} -> {} at {} stride {}", k.c, k.m, k.hw, k.stride));
+  }
+}
+
+TEST(OnednnConvDepthwise, ProposesOnlyTheLegalChains) {
+  // expand 1x1 -> ReLU6 -> dw 3x3 -> ReLU6 -> project 1x1: the fusion covers the first four
+  // nodes (with and without the last ReLU6), never the projection.
+  GraphBuilder b = expand_dw(1, 8, 32, 10, 10, 1, 2, 2, true);
+  Graph g = b.graph();
+  std::set<std::vector<NodeId>> fused;
+  for (const Match& m : find_matches(g, onednn()))
+    if (std::count_if(m.nodes.begin(), m.nodes.end(),
+                      [&](NodeId n) { return g.node(n).op_type == "Conv"; }) == 2)
+      fused.insert(m.nodes);
+  EXPECT_EQ(fused, (std::set<std::vector<NodeId>>{{0, 1, 2}, {0, 1, 2, 3}}));
+
+  // Not a depthwise post-op: pads 0, a 5x5 window, stride 3, a 3x3 head, a head read twice.
+  auto with_dw = [](int64_t k, int64_t pad, int64_t stride) {
+    GraphBuilder d;
+    ValueId x = d.input("x", DType::kFloat32, {1, 8, 12, 12});
+    ValueId y = d.add1("Conv", {x, d.random_constant("w1", {16, 8, 1, 1})});
+    d.output(d.add1("Conv", {y, d.random_constant("wd", {16, 1, k, k})},
+                    {{"group", attr_i(16)},
+                     {"strides", attr_ints({stride, stride})},
+                     {"pads", attr_ints({pad, pad, pad, pad})}}));
+    return d;
+  };
+  for (auto [k, pad, stride] : {std::tuple{3, 0, 1}, std::tuple{5, 2, 1}, std::tuple{3, 1, 3}}) {
+    GraphBuilder d = with_dw(k, pad, stride);
+    EXPECT_FALSE(proposes_whole(onednn(), d.graph())) << k << " " << pad << " " << stride;
+    testing::expect_unsupported(onednn(), d.graph(), "dw that append_dw can't take");
+  }
+  GraphBuilder twice;
+  ValueId x = twice.input("x", DType::kFloat32, {1, 8, 6, 6});
+  ValueId y = twice.add1("Conv", {x, twice.random_constant("w1", {8, 8, 1, 1})});
+  ValueId z = twice.add1("Conv", {y, twice.random_constant("wd", {8, 1, 3, 3})},
+                         {{"group", attr_i(8)}, {"pads", attr_ints({1, 1, 1, 1})}});
+  twice.output(twice.add1("Add", {y, z}));
+  for (const Match& m : find_matches(twice.graph(), onednn()))
+    EXPECT_FALSE(m.nodes.size() >= 2 && m.nodes[0] == 0 && m.nodes[1] == 1)
+        << "the 1x1's output is read outside the fusion";
 }
 
 }  // namespace

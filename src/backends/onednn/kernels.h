@@ -13,6 +13,7 @@
 #include "backends/onednn/value_memories.h"
 #include "collage/graph.h"
 #include "collage/kernel.h"
+#include "collage/pattern.h"
 
 namespace collage::onednn {
 
@@ -30,6 +31,13 @@ void emit_conv(const Graph& subgraph, ValueMemories& values,
                ConvAlgorithm algorithm = ConvAlgorithm::kDirect);
 std::unique_ptr<Kernel> compile_conv(const Graph& subgraph,
                                      ConvAlgorithm algorithm = ConvAlgorithm::kDirect);
+// A 1x1 stride-1 Conv, its eltwise tail, a 3x3 depthwise Conv (pads 1, stride 1 or 2) and
+// its eltwise tail as ONE primitive: the depthwise conv is the 1x1's post-op (append_dw).
+// grow_conv_dw proposes every such chain (each prefix of the second tail).  conv_kernel.cc
+std::vector<Match> grow_conv_dw(const Graph& g);
+bool conv_dw_group(const Graph& subgraph);
+void emit_conv_dw(const Graph& subgraph, ValueMemories& values);
+std::unique_ptr<Kernel> compile_conv_dw(const Graph& subgraph);
 // MatMul (batched, broadcasting) / Gemm (transA/B, alpha, beta, C) + tail.  matmul_kernel.cc
 void emit_matmul(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_matmul(const Graph& subgraph);

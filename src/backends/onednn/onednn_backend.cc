@@ -107,7 +107,14 @@ class OnednnBackend : public Backend {
         "bounds, GELU, Add/Sub/Mul/Div/Max/Min with a constant or another tensor)",
         kMaxTail);
     rule.generate = grow_tails;
-    return {rule};
+    FusionRule dw;
+    dw.name = "conv1x1_depthwise";
+    dw.description =
+        "1x1 stride-1 Conv, eltwise tail, 3x3 depthwise Conv (pads 1, stride 1 or 2), eltwise "
+        "tail: one primitive with the depthwise conv as a post-op (append_dw), where oneDNN "
+        "has a jit implementation of it";
+    dw.generate = grow_conv_dw;
+    return {rule, dw};
   }
 
   // A Conv group oneDNN can run with Winograd is offered as "winograd" too (measured 1.4-1.9x
@@ -128,6 +135,11 @@ class OnednnBackend : public Backend {
     if (options.variant == kWinograd && t != "Conv")
       fail(ErrorKind::kUnsupported, "onednn: variant '{}' is for Conv, not {}", options.variant, t);
     try {
+      if (t == "Conv" && conv_dw_group(subgraph)) {
+        if (!options.variant.empty())
+          fail(ErrorKind::kUnsupported, "onednn: no variant of a 1x1 + depthwise fusion");
+        return compile_conv_dw(subgraph);
+      }
       if (t == "Conv" || t == "ConvTranspose")
         return compile_conv(subgraph, options.variant == kWinograd ? ConvAlgorithm::kWinograd
                                                                    : ConvAlgorithm::kDirect);
