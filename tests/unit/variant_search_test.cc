@@ -4,13 +4,19 @@
 // onednn-graph backend and checked against the reference.
 #include <gtest/gtest.h>
 
+#include <sqlite3.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "backend_test_util.h"
 #include "collage/backend.h"
 #include "collage/session.h"
+#include "collage/tune.h"
 #include "graph_builder.h"
 #include "runtime/partitioner.h"
 #include "search/candidates.h"
@@ -140,6 +146,56 @@ TEST(GraphLevelVariants, CandidatesCarryEveryVariant) {
   }
   EXPECT_GT(winograd, 0);
   EXPECT_EQ(winograd, plain_with_3x3) << "each 3x3 group once per variant";
+}
+
+TEST(GraphLevelVariants, TuneMeasuresEachVariantUnderItsOwnKey) {
+  // A real (in-process) tune over onednn alone: the conv group is measured once per variant,
+  // each checked against the reference and stored under its own backend/variant key; the
+  // plan names one of them and runs correctly after a JSON round trip.
+  namespace fs = std::filesystem;
+  const fs::path db =
+      fs::temp_directory_path() / ("collage_variant_tune_" + std::to_string(::getpid()) + ".db");
+  fs::remove(db);
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 16, 12, 12});
+  b.output(b.add1("Relu", {conv(b, x, 16, 3)}));
+  const Graph g = b.graph();
+  TuneOptions options;
+  options.backends = {"onednn"};
+  options.optimizer = Optimizer::kOpLevel;
+  options.budget_s = 0;
+  options.threads = 1;
+  options.isolate = false;
+  options.cost_db_path = db.string();
+  TuneResult r = tune(g, options);
+  EXPECT_EQ(r.failed, 0u);
+  ASSERT_EQ(r.plan.groups.size(), 1u) << "conv + relu as one onednn group";
+  EXPECT_EQ(r.plan.groups[0].backend, "onednn");
+  const std::string chosen = r.plan.groups[0].variant;
+  EXPECT_TRUE(chosen.empty() || chosen == "winograd") << chosen;
+
+  sqlite3* handle = nullptr;
+  ASSERT_EQ(sqlite3_open(db.string().c_str(), &handle), SQLITE_OK);
+  std::map<std::string, int> ok_rows;
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(handle, "SELECT backend, ok FROM costs", -1, &stmt, nullptr),
+            SQLITE_OK);
+  while (sqlite3_step(stmt) == SQLITE_ROW)
+    ok_rows[reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0))] +=
+        sqlite3_column_int(stmt, 1);
+  sqlite3_finalize(stmt);
+  sqlite3_close(handle);
+  EXPECT_GE(ok_rows["onednn"], 2) << "conv, conv+relu";
+  EXPECT_GE(ok_rows["onednn/winograd"], 2) << "conv, conv+relu, as Winograd";
+
+  Session tuned(g, Plan::from_json(r.plan.to_json()), SessionOptions{});
+  EXPECT_EQ(tuned.plan().groups[0].variant, chosen);
+  std::vector<Tensor> inputs = random_inputs(g, 3);
+  Session reference(g, SessionOptions{});
+  EXPECT_EQ(
+      compare_outputs(tuned.run(inputs), reference.run(inputs), Tolerance::backend_vs_reference()),
+      "");
+  fs::remove(db);
 }
 
 }  // namespace
