@@ -5,6 +5,7 @@
 // A table of per-backend times (us) and onednn/libxsmm ratios is printed at the end.
 //
 // Threads: LIBXSMM_BENCH_THREADS (default 1, steadier on a shared machine; 0 = all cores).
+// With one thread the table reports CPU time (other load on the machine does not count).
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -83,6 +84,8 @@ void BM_Kernel(benchmark::State& state, const Case& c, const std::string& backen
 
 class TableReporter : public bench::TimeKeepingReporter {
  public:
+  // One thread: CPU time (robust to other load on the machine); more: wall time.
+  TableReporter() : TimeKeepingReporter(bench::bench_threads() == 1) {}
   void Finalize() override {
     ConsoleReporter::Finalize();
     std::printf("\n%-32s", "case (us)");
@@ -119,6 +122,9 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMicrosecond);
   benchmark::Initialize(&argc, argv);
   collage::TableReporter reporter;
+  std::printf("table times: %s\n", collage::bench::bench_threads() == 1
+                                       ? "CPU time of the one thread (other load does not count)"
+                                       : "wall time");
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;

@@ -8,6 +8,7 @@
 //     region/<shape>: the same two convs as one onednn-graph region (no plain round trip).
 //
 // Threads: ONEDNN_BENCH_THREADS (default 1, steadier on a shared machine; 0 = all cores).
+// With one thread the table reports CPU time (other load on the machine does not count).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -166,6 +167,8 @@ void BM_Expansion(benchmark::State& state, Expansion e, int how) {
 
 class TableReporter : public bench::TimeKeepingReporter {
  public:
+  // One thread: CPU time (robust to other load on the machine); more: wall time.
+  TableReporter() : TimeKeepingReporter(bench::bench_threads() == 1) {}
   void Finalize() override {
     ConsoleReporter::Finalize();
     std::printf("\n%-26s %10s %10s %8s %12s\n", "3x3 conv (us)", "direct", "winograd", "speedup",
@@ -206,6 +209,9 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMicrosecond);
   benchmark::Initialize(&argc, argv);
   collage::TableReporter reporter;
+  std::printf("table times: %s\n", collage::bench::bench_threads() == 1
+                                       ? "CPU time of the one thread (other load does not count)"
+                                       : "wall time");
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;
