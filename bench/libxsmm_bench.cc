@@ -5,7 +5,8 @@
 // A table of per-backend times (us) and onednn/libxsmm ratios is printed at the end.
 //
 // Threads: LIBXSMM_BENCH_THREADS (default 1, steadier on a shared machine; 0 = all cores).
-// With one thread the table reports CPU time (other load on the machine does not count).
+// With one thread the table reports CPU time (time preempted by other work does not count; shared
+// caches still do).
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -122,9 +123,10 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMicrosecond);
   benchmark::Initialize(&argc, argv);
   collage::TableReporter reporter;
-  std::printf("table times: %s\n", collage::bench::bench_threads() == 1
-                                       ? "CPU time of the one thread (other load does not count)"
-                                       : "wall time");
+  std::printf("table times: %s\n",
+              collage::bench::bench_threads() == 1
+                  ? "CPU time of the one thread (preemption does not count; shared caches still do)"
+                  : "wall time");
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;
