@@ -20,7 +20,10 @@ class TimeKeepingReporter : public benchmark::ConsoleReporter {
  public:
   // With `cpu_time`, the times kept are the benchmark thread's CPU time, not wall time: for
   // one-thread kernels on a machine shared with other work, preemption then does not count.
-  explicit TimeKeepingReporter(bool cpu_time = false) : cpu_time_(cpu_time) {}
+  // `aggregate`: which statistic of repeated runs to keep ("median"; "min" where the
+  // benchmark registers it, the least disturbed run on a busy machine).
+  explicit TimeKeepingReporter(bool cpu_time = false, std::string aggregate = "median")
+      : cpu_time_(cpu_time), aggregate_(std::move(aggregate)) {}
 
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
@@ -29,7 +32,7 @@ class TimeKeepingReporter : public benchmark::ConsoleReporter {
       if (r.error_occurred) continue;
       const double t = cpu_time_ ? r.GetAdjustedCPUTime() : r.GetAdjustedRealTime();
       const double s = t / benchmark::GetTimeUnitMultiplier(r.time_unit);
-      if (r.run_type == Run::RT_Aggregate && r.aggregate_name == "median")
+      if (r.run_type == Run::RT_Aggregate && r.aggregate_name == aggregate_)
         seconds_[r.run_name.function_name] = s;
       else if (r.run_type == Run::RT_Iteration && r.iterations > 0)
         seconds_.emplace(r.run_name.function_name, s);
@@ -45,6 +48,7 @@ class TimeKeepingReporter : public benchmark::ConsoleReporter {
 
  private:
   bool cpu_time_;
+  std::string aggregate_;
   std::map<std::string, double> seconds_;
 };
 

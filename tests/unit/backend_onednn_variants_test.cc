@@ -428,6 +428,41 @@ TEST(OnednnConvDepthwise, MobileNetV2ShapesLikeReference) {
   }
 }
 
+TEST(OnednnConvDepthwise, InsideRegionsLikeReference) {
+  // onednn-graph regions run a 1x1 conv, its tail and the depthwise conv as one primitive:
+  // whole inverted-residual blocks (expand, depthwise, project, residual Add) on randomized
+  // shapes, and a depthwise conv whose tail the fused primitive cannot take (a residual Add
+  // of the block input right after it): the region then splits the group, still correct.
+  std::mt19937 rng(31);
+  for (int trial = 0; trial < 6; ++trial) {
+    const int64_t c = pick(rng, 4, 32), m = pick(rng, 8, 96), s = pick(rng, 5, 24),
+                  stride = trial % 3 == 2 ? 2 : 1;
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, c, s, s});
+    ValueId y = relu6(b, b.add1("Conv", {x, b.random_constant("w1", {m, c, 1, 1}, 0.4f),
+                                         b.random_constant("b1", {m})}));
+    y = relu6(b,
+              b.add1("Conv",
+                     {y, b.random_constant("wd", {m, 1, 3, 3}, 0.4f), b.random_constant("bd", {m})},
+                     {{"group", attr_i(m)},
+                      {"strides", attr_ints({stride, stride})},
+                      {"pads", attr_ints({1, 1, 1, 1})}}));
+    y = b.add1("Conv", {y, b.random_constant("w2", {c, m, 1, 1}, 0.4f)});
+    if (stride == 1) y = b.add1("Add", {y, x});
+    b.output(y);
+    expect_like_reference(
+        onednn_graph(), b.graph(), "",
+        fmt::format("block {}: c{} m{} {}x{} stride {}", trial, c, m, s, s, stride));
+  }
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 16, 9, 9});
+  ValueId y = b.add1("Conv", {x, b.random_constant("w1", {16, 16, 1, 1}, 0.4f)});
+  y = b.add1("Conv", {y, b.random_constant("wd", {16, 1, 3, 3}, 0.4f)},
+             {{"group", attr_i(16)}, {"pads", attr_ints({1, 1, 1, 1})}});
+  b.output(b.add1("Relu", {b.add1("Add", {y, x})}));
+  expect_like_reference(onednn_graph(), b.graph(), "", "depthwise + residual Add in a region");
+}
+
 TEST(OnednnConvDepthwise, ProposesOnlyTheLegalChains) {
   // expand 1x1 -> ReLU6 -> dw 3x3 -> ReLU6 -> project 1x1: the fusion covers the first four
   // nodes (with and without the last ReLU6), never the projection.

@@ -348,6 +348,15 @@ std::vector<Match> grow_conv_dw(const Graph& g) {
   return out;
 }
 
+NodeId depthwise_post_op(const Graph& g, const Consumers& consumers, NodeId head, ValueId cur) {
+  if (!dw_head(g, g.node(head)) || consumers[cur].size() != 1 ||
+      std::find(g.outputs.begin(), g.outputs.end(), cur) != g.outputs.end())
+    return -1;
+  const NodeId reader = consumers[cur][0];
+  const Node& n = g.node(reader);
+  return dw_stride(g, n) > 0 && n.input(0) == cur ? reader : -1;
+}
+
 bool conv_dw_group(const Graph& sub) {
   if (sub.num_nodes() < 2 || !dw_head(sub, sub.node(0))) return false;
   for (size_t n = 1; n < sub.num_nodes(); ++n)

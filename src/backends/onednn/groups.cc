@@ -100,6 +100,7 @@ void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algo
     values.reshape(first.outputs[0], first.input(0), sub.value(first.outputs[0]).shape);
     return;
   }
+  if (t == "Conv" && conv_dw_group(sub)) return emit_conv_dw(sub, values);
   if (t == "Conv" || t == "ConvTranspose") return emit_conv(sub, values, conv_algorithm);
   if (t == "MatMul" || t == "Gemm") return emit_matmul(sub, values);
   if (t == "MaxPool" || t == "AveragePool" || t == "GlobalMaxPool" || t == "GlobalAveragePool")

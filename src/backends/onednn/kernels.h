@@ -36,6 +36,10 @@ std::unique_ptr<Kernel> compile_conv(const Graph& subgraph,
 // grow_conv_dw proposes every such chain (each prefix of the second tail).  conv_kernel.cc
 std::vector<Match> grow_conv_dw(const Graph& g);
 bool conv_dw_group(const Graph& subgraph);
+// The depthwise conv that can run as a post-op of 1x1 conv `head` of `g`, reading `cur`
+// (the head's output or the end of its eltwise tail) alone; -1 when there is none.
+NodeId depthwise_post_op(const Graph& g, const std::vector<std::vector<NodeId>>& consumers,
+                         NodeId head, ValueId cur);
 void emit_conv_dw(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_conv_dw(const Graph& subgraph);
 // MatMul (batched, broadcasting) / Gemm (transA/B, alpha, beta, C) + tail.  matmul_kernel.cc
