@@ -26,8 +26,9 @@ std::string library_version();  // "2.6.3"
 // What both onednn backends report as their version, part of every cost-DB key: the
 // library's, plus a revision of collage's kernels on it, bumped when a fix changes what
 // they compute or how fast, so that no cost measured before the fix is reused. r2: pooling
-// no longer takes a sum post-op (it dropped the residual).
-std::string backend_version();  // "2.6.3+r2"
+// no longer takes a sum post-op (it dropped the residual). r3: onednn-graph regions run a
+// 1x1 conv and the depthwise conv after it as one primitive.
+std::string backend_version();  // "2.6.3+r3"
 std::string effective_isa();    // e.g. "avx512_core_bf16"
 
 // A rank-0 shape becomes {1}: oneDNN has no scalars.
