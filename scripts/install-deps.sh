@@ -18,6 +18,8 @@ PACKAGES=(
   libhalide14-0-dev libtorch-dev
   # names the halide backend's cached kernel files (XXH3-128 of the pipeline description)
   libxxhash-dev
+  # the libxsmm backend: JIT small GEMMs / 1x1 convs (static library only; links OpenBLAS)
+  libxsmm-dev
   # PyTorch's exporter, used by tests to make real exported models
   python3-torch python3-torchvision python3-onnx python3-numpy
   # the Python module (pybind11 extension for Debian's python3) and its pytest suites

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,37 @@ struct CompileOptions {
   // to this before every run() (OpenMP's count is per calling thread), so OpenMP-based
   // kernels need do nothing; a backend with a pool of its own sizes it from here.
   int threads = 1;
+};
+
+// A variant of a region assembled from parts. The graph-level search gives each op-level
+// group a graph-level backend *and* one of that backend's variants for the group's own
+// nodes (Backend::variants of the group); neighbouring groups on one backend merge into a
+// region, whose variant then says which of its nodes were given which variant:
+//   "winograd@3,4,17;other@9"
+// i.e. parts VARIANT@I,J,... joined by ';', where I, J are indices of the region's nodes in
+// the order of its standalone subgraph (extract_subgraph keeps them sorted by node id).
+// Nodes listed nowhere get the default. Variant names therefore contain none of "@;,".
+// A plain name ("winograd") is a variant of the whole subgraph, as the backend defines it.
+struct VariantPart {
+  std::string variant;
+  std::vector<int> nodes;  // sorted
+};
+// The canonical text of `parts` (default parts dropped, nodes and parts sorted, so equal
+// assignments give equal cost-DB keys); "" when nothing is left.
+std::string compose_variant(std::vector<VariantPart> parts);
+// The parts of a composed variant (empty for ""); nullopt for a plain name (no '@'). Throws
+// Error(kUnsupported) for a malformed one, or one naming a node index >= num_nodes.
+std::optional<std::vector<VariantPart>> parse_composed_variant(const std::string& variant,
+                                                               size_t num_nodes);
+// A short form for people: "winograd" stays, "winograd@3,4,17" becomes "winograd(3 nodes)".
+std::string variant_summary(const std::string& variant);
+
+// A backend named as users write it: "NAME" or "NAME/VARIANT" (`run --backend onednn/winograd`:
+// that backend, built as the variant wherever it offers it).
+struct BackendSpec {
+  std::string backend;
+  std::string variant;  // "" = the backend's default
+  static BackendSpec parse(const std::string& text);
 };
 
 // Whether a kernel's thread count holds whatever runs beside it. The concurrent executor

@@ -19,7 +19,9 @@ struct SessionOptions {
   // the plan gives them, at most this many.
   int threads = 0;
   // Run every node this backend can take on it and the rest on the fallback backend
-  // (reference); "" = everything on the fallback.
+  // (reference); "" = everything on the fallback. "NAME/VARIANT" builds each of its kernels
+  // as that variant where the backend offers it (Backend::variants), as its default elsewhere
+  // (e.g. "onednn/winograd").
   std::string backend;
   // With `backend`: a compile error other than an honest refusal (kUnsupported) fails the
   // session instead of falling back (with a warning) to the fallback: for tests of a backend,

@@ -125,8 +125,9 @@ int run(const RunOptions& o) {
   // How much the backend took (a run on the fallback alone shows no line).
   std::optional<BackendCoverage> coverage;
   if (o.plan_path.empty() && !o.backend.empty())
-    coverage =
-        backend_coverage(graph, BackendRegistry::global().get(o.backend), session.node_backends());
+    coverage = backend_coverage(
+        graph, BackendRegistry::global().get(BackendSpec::parse(o.backend).backend),
+        session.node_backends());
   std::optional<StepProfile> profile;
   if (o.profile || !o.trace_path.empty()) {
     std::optional<Plan> plan;

@@ -6,6 +6,9 @@
 #include <chrono>
 #include <map>
 #include <numeric>
+#include <tuple>
+
+#include "collage/backend.h"
 
 #include "runtime/interleaved_timing.h"
 
@@ -13,6 +16,11 @@ namespace collage::cli {
 namespace {
 
 constexpr size_t kStepsShown = 15;
+
+// "onednn-graph/winograd(13 nodes)": what ran the step, as it was built.
+std::string built_as(const PlanGroup& g) {
+  return g.variant.empty() ? g.backend : g.backend + "/" + variant_summary(g.variant);
+}
 
 std::string describe(const PlanGroup& g) {
   if (g.nodes.size() == 1) return g.nodes.front();
@@ -22,12 +30,12 @@ std::string describe(const PlanGroup& g) {
 // The plan's cost for each step (0 when the plan has no group with the same nodes and
 // backend, e.g. a session built without a plan).
 std::vector<double> alone_costs(const std::vector<PlanGroup>& steps, const Plan* plan) {
-  std::map<std::pair<std::string, std::vector<std::string>>, double> by_group;
+  std::map<std::tuple<std::string, std::string, std::vector<std::string>>, double> by_group;
   if (plan)
-    for (const PlanGroup& g : plan->groups) by_group[{g.backend, g.nodes}] = g.cost_ms;
+    for (const PlanGroup& g : plan->groups) by_group[{g.backend, g.variant, g.nodes}] = g.cost_ms;
   std::vector<double> costs;
   for (const PlanGroup& g : steps) {
-    auto it = by_group.find({g.backend, g.nodes});
+    auto it = by_group.find({g.backend, g.variant, g.nodes});
     costs.push_back(it == by_group.end() ? 0 : it->second);
   }
   return costs;
@@ -107,7 +115,7 @@ void print_step_profile(const StepProfile& p) {
              "alone ms", "ratio", "nodes");
   for (size_t k = 0; k < std::min(kStepsShown, order.size()); ++k) {
     size_t s = order[k];
-    fmt::print("  {:>5} {:<14} {:>10.3f} {:>10} {:>7}  {}\n", s, p.steps[s].backend,
+    fmt::print("  {:>5} {:<14} {:>10.3f} {:>10} {:>7}  {}\n", s, built_as(p.steps[s]),
                p.in_model_ms[s], ms_or_dash(p.alone_ms[s]), ratio(p.in_model_ms[s], p.alone_ms[s]),
                describe(p.steps[s]));
   }
@@ -128,6 +136,7 @@ nlohmann::json step_profile_json(const StepProfile& p) {
   for (size_t s = 0; s < p.steps.size(); ++s)
     steps.push_back({{"step", s},
                      {"backend", p.steps[s].backend},
+                     {"variant", p.steps[s].variant},
                      {"nodes", p.steps[s].nodes},
                      {"in_model_ms", p.in_model_ms[s]},
                      {"alone_ms", ms_or_null(p.alone_ms[s])}});

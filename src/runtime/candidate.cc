@@ -8,7 +8,7 @@ namespace collage {
 
 std::string Candidate::label() const {
   std::string name = backend ? backend->name() : "-";
-  if (!variant.empty()) name += "/" + variant;
+  if (!variant.empty()) name += "/" + variant_summary(variant);
   return fmt::format("{} x{}", name, threads);
 }
 

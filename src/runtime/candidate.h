@@ -19,7 +19,7 @@ struct Candidate {
 
   CompileOptions compile_options() const { return {variant, threads}; }
   bool operator==(const Candidate&) const = default;
-  // "onednn x2", "onednn/winograd x1": backend, variant, threads, for messages.
+  // "onednn x2", "onednn/winograd x1": backend, variant (summarised), threads, for messages.
   std::string label() const;
 };
 

@@ -315,7 +315,13 @@ std::vector<size_t> in_step_order(const Graph& graph, const Placement& placement
 
 Placement place_on_single_backend(const Graph& graph, Backend& backend, int threads,
                                   std::vector<std::string>* log,
-                                  std::vector<std::shared_ptr<Kernel>>* kernels_out, bool strict) {
+                                  std::vector<std::shared_ptr<Kernel>>* kernels_out, bool strict,
+                                  const std::string& variant) {
+  auto variant_for = [&](const std::vector<NodeId>& nodes) -> std::string {
+    if (variant.empty()) return "";
+    std::vector<std::string> offered = backend.variants(extract_subgraph(graph, nodes));
+    return std::find(offered.begin(), offered.end(), variant) != offered.end() ? variant : "";
+  };
   Placement placement;
   std::vector<std::shared_ptr<Kernel>> kernels;
   if (BackendRegistry::global().is_fallback(backend)) return placement;
@@ -354,7 +360,7 @@ Placement place_on_single_backend(const Graph& graph, Backend& backend, int thre
                       [&](NodeId x) { return group_of[x] >= 0; }))
         continue;
       for (NodeId x : match.nodes) group_of[x] = static_cast<int>(placement.size());
-      Candidate c{match.nodes, &backend, "", threads};
+      Candidate c{match.nodes, &backend, variant_for(match.nodes), threads};
       std::shared_ptr<Kernel> kernel;
       if (groups_are_acyclic(graph, group_of)) kernel = try_compile(c);
       if (!kernel) {
@@ -378,6 +384,7 @@ Placement place_on_single_backend(const Graph& graph, Backend& backend, int thre
           region.nodes.insert(region.nodes.end(), placement[parts[i]].nodes.begin(),
                               placement[parts[i]].nodes.end());
         std::sort(region.nodes.begin(), region.nodes.end());
+        region.variant = variant_for(region.nodes);
         return region;
       };
       // The whole union; where the backend refuses it, the longest run of parts from

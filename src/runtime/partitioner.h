@@ -69,11 +69,12 @@ Plan plan_of_steps(const Graph& graph, const std::vector<Step>& steps, int threa
 // A refusal is honest when compile() throws Error(kUnsupported). Any other Error (kInternal,
 // kBackend...) is a broken backend: `strict` rethrows it (the per-backend tests, which must
 // not pass on the fallback's results); otherwise it is logged as a warning and the nodes
-// fall back, as a user of that backend alone would want.
+// fall back, as a user of that backend alone would want. With a `variant`, each candidate
+// is built as it where the backend offers it for the candidate's nodes, else as the default.
 Placement place_on_single_backend(const Graph& graph, Backend& backend, int threads,
                                   std::vector<std::string>* log = nullptr,
                                   std::vector<std::shared_ptr<Kernel>>* kernels = nullptr,
-                                  bool strict = false);
+                                  bool strict = false, const std::string& variant = "");
 
 // How much of the graph `backend` takes: the nodes its patterns and fusion rules match
 // (before compiling) and the nodes a placement puts on it. A single-backend run that places

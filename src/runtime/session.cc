@@ -15,14 +15,16 @@ namespace {
 
 std::vector<Step> compile_steps(const Graph& graph, const SessionOptions& options, int threads) {
   BackendRegistry& registry = BackendRegistry::global();
-  Backend& backend = options.backend.empty() ? registry.fallback() : registry.get(options.backend);
+  // "NAME/VARIANT": the backend built as that variant wherever it offers it.
+  const auto [name, variant] = BackendSpec::parse(options.backend);
+  Backend& backend = name.empty() ? registry.fallback() : registry.get(name);
   if (!backend.available())
     fail(ErrorKind::kInvalidArgument, "backend '{}' cannot run on this machine: {}", backend.name(),
          backend.unavailable_reason());
   std::vector<std::string> refused;
   std::vector<std::shared_ptr<Kernel>> kernels;
   Placement placement =
-      place_on_single_backend(graph, backend, threads, &refused, &kernels, options.strict);
+      place_on_single_backend(graph, backend, threads, &refused, &kernels, options.strict, variant);
   for (const auto& line : refused) spdlog::debug("{}", line);
   // The kernels compiled while placing are the ones the steps run.
   const Placement placed = placement;

@@ -21,26 +21,58 @@ GraphLevelGenes graph_level_genes(const Graph& graph, const Placement& op_groups
   for (size_t j = 0; j < genes.backends.size(); ++j)
     for (const Match& m : find_matches(graph, *genes.backends[j]))
       for (NodeId n : m.nodes) supports[j][n] = true;
+  auto option_value = [&](int backend, const std::string& variant) {
+    GeneOption o{backend, variant};
+    auto it = std::find(genes.options.begin(), genes.options.end(), o);
+    if (it == genes.options.end()) it = genes.options.insert(genes.options.end(), std::move(o));
+    return static_cast<int>(it - genes.options.begin()) + 1;
+  };
   genes.choices.assign(op_groups.size(), std::vector<int>{0});
   for (size_t g = 0; g < op_groups.size(); ++g)
-    for (size_t j = 0; j < genes.backends.size(); ++j)
-      if (std::all_of(op_groups[g].nodes.begin(), op_groups[g].nodes.end(),
-                      [&](NodeId n) { return supports[j][n]; }))
-        genes.choices[g].push_back(static_cast<int>(j) + 1);
+    for (size_t j = 0; j < genes.backends.size(); ++j) {
+      if (!std::all_of(op_groups[g].nodes.begin(), op_groups[g].nodes.end(),
+                       [&](NodeId n) { return supports[j][n]; }))
+        continue;
+      std::vector<std::string> variants =
+          genes.backends[j]->variants(extract_subgraph(graph, op_groups[g].nodes));
+      if (variants.empty()) variants.push_back("");
+      for (const std::string& v : variants)
+        genes.choices[g].push_back(option_value(static_cast<int>(j), v));
+    }
   return genes;
 }
 
-std::vector<Genome> seed_genomes(const GraphLevelGenes& genes) {
+std::vector<Genome> seed_genomes(const GraphLevelGenes& genes, const Placement& op_groups) {
   const size_t n = genes.choices.size();
   std::vector<Genome> seeds = {Genome(n, 0)};
-  for (size_t j = 0; j < genes.backends.size(); ++j) {
-    Genome all(n, 0);
-    for (size_t g = 0; g < n; ++g) {
-      const auto& c = genes.choices[g];
-      if (std::find(c.begin(), c.end(), static_cast<int>(j) + 1) != c.end())
-        all[g] = static_cast<int>(j) + 1;
+  auto add = [&](Genome g) {
+    if (std::find(seeds.begin(), seeds.end(), g) == seeds.end()) seeds.push_back(std::move(g));
+  };
+  // The value of gene g for backend j in `variant`, else in j's default, else 0.
+  auto value = [&](size_t g, int j, const std::string& variant) {
+    int fallback = 0;
+    for (int k : genes.choices[g]) {
+      if (k == 0 || genes.options[k - 1].backend != j) continue;
+      if (genes.options[k - 1].variant == variant) return k;
+      if (genes.options[k - 1].variant.empty() || fallback == 0) fallback = k;
     }
-    seeds.push_back(all);
+    return fallback;
+  };
+  for (size_t j = 0; j < genes.backends.size(); ++j) {
+    const int bj = static_cast<int>(j);
+    Genome all(n, 0);
+    for (size_t g = 0; g < n; ++g) all[g] = value(g, bj, "");
+    add(all);
+    for (const GeneOption& o : genes.options) {
+      if (o.backend != bj || o.variant.empty()) continue;
+      Genome with(n, 0);
+      for (size_t g = 0; g < n; ++g) with[g] = value(g, bj, o.variant);
+      add(with);
+    }
+    Genome inherited(n, 0);
+    for (size_t g = 0; g < n; ++g)
+      inherited[g] = value(g, bj, g < op_groups.size() ? op_groups[g].variant : "");
+    add(inherited);
   }
   return seeds;
 }
@@ -50,6 +82,9 @@ Placement decode_genome(const Graph& graph, const Placement& op_groups,
   std::vector<int> group_of(graph.num_nodes(), -1);
   for (size_t g = 0; g < op_groups.size(); ++g)
     for (NodeId n : op_groups[g].nodes) group_of[n] = static_cast<int>(g);
+  auto backend_of = [&](int g) {
+    return genome[g] == 0 ? -1 : genes.options[genome[g] - 1].backend;
+  };
   std::vector<int> parent(op_groups.size());
   std::iota(parent.begin(), parent.end(), 0);
   std::function<int(int)> find = [&](int x) {
@@ -59,25 +94,43 @@ Placement decode_genome(const Graph& graph, const Placement& op_groups,
     for (ValueId v : graph.node(static_cast<NodeId>(n)).inputs) {
       if (v == kNoValue || graph.value(v).producer < 0) continue;
       int a = group_of[n], b = group_of[graph.value(v).producer];
-      if (a < 0 || b < 0 || a == b || genome[a] == 0 || genome[a] != genome[b]) continue;
+      if (a < 0 || b < 0 || a == b || genome[a] == 0 || backend_of(a) != backend_of(b)) continue;
       parent[find(a)] = find(b);
     }
   std::map<int, Candidate> merged;
+  std::map<int, std::vector<int>> members;
   Placement out;
   for (size_t g = 0; g < op_groups.size(); ++g) {
     if (genome[g] == 0) {
       out.push_back(op_groups[g]);
       continue;
     }
-    Candidate& region = merged[find(static_cast<int>(g))];
-    region.backend = genes.backends[genome[g] - 1];
+    const int root = find(static_cast<int>(g));
+    Candidate& region = merged[root];
+    region.backend = genes.backends[backend_of(static_cast<int>(g))];
     region.threads = threads;
     region.nodes.insert(region.nodes.end(), op_groups[g].nodes.begin(), op_groups[g].nodes.end());
+    members[root].push_back(static_cast<int>(g));
   }
   for (auto& [root, region] : merged) {
     std::sort(region.nodes.begin(), region.nodes.end());
     if (!is_convex(graph, region.nodes))
       fail(ErrorKind::kBackend, "region of {} nodes is not convex", region.nodes.size());
+    const std::vector<int>& parts = members[root];
+    if (parts.size() == 1) {
+      region.variant = genes.options[genome[parts[0]] - 1].variant;  // the group's own
+    } else {
+      std::vector<VariantPart> composed;
+      for (int g : parts) {
+        VariantPart p{genes.options[genome[g] - 1].variant, {}};
+        for (NodeId n : op_groups[g].nodes)
+          p.nodes.push_back(
+              static_cast<int>(std::lower_bound(region.nodes.begin(), region.nodes.end(), n) -
+                               region.nodes.begin()));
+        composed.push_back(std::move(p));
+      }
+      region.variant = compose_variant(std::move(composed));
+    }
     out.push_back(std::move(region));
   }
   return out;

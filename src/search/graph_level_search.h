@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "runtime/candidate.h"
@@ -17,23 +18,34 @@ namespace collage {
 using Genome = std::vector<int>;
 
 // The genes of a placement: one per op-level group, the value k > 0 giving the group to
-// graph-level backend k - 1, 0 keeping the op-level choice.
+// graph-level backend options[k - 1].backend, built as its variant options[k - 1].variant
+// (one of Backend::variants of the group), 0 keeping the op-level choice.
+struct GeneOption {
+  int backend = 0;  // index into GraphLevelGenes::backends
+  std::string variant;
+  bool operator==(const GeneOption&) const = default;
+};
 struct GraphLevelGenes {
   std::vector<Backend*> backends;         // the graph-level backends
+  std::vector<GeneOption> options;        // what a gene value k > 0 stands for
   std::vector<std::vector<int>> choices;  // per group: the values its gene may take, 0 first
 };
 
-// Which graph-level backend can take which op-level group: all its nodes lie in some region
-// the backend matches.
+// Which graph-level backend can take which op-level group (all its nodes lie in some region
+// the backend matches), in which of the variants the backend offers for the group.
 GraphLevelGenes graph_level_genes(const Graph& graph, const Placement& op_groups,
                                   const std::vector<Backend*>& graph_level_backends);
 
-// The seeds: the op-level answer (all 0), and per backend "every group it can take".
-std::vector<Genome> seed_genomes(const GraphLevelGenes& genes);
+// The seeds: the op-level answer (all 0), and per backend "every group it can take", once
+// in its default variant, once per other variant (given to every group offering it), and
+// once with each group in the variant of the same name its op-level choice was built with
+// (an op-level "onednn/winograd" conv becomes an "onednn-graph/winograd" part of a region).
+std::vector<Genome> seed_genomes(const GraphLevelGenes& genes, const Placement& op_groups);
 
 // The placement a genome stands for: neighbouring groups given to the same graph-level
-// backend merge into one region (on `threads` threads). Throws Error(kBackend) when a merged
-// region is not convex (it could not run as one kernel).
+// backend merge into one region (on `threads` threads), whatever variants they were given;
+// the region's variant is composed from theirs (compose_variant). Throws Error(kBackend)
+// when a merged region is not convex (it could not run as one kernel).
 Placement decode_genome(const Graph& graph, const Placement& op_groups,
                         const GraphLevelGenes& genes, const Genome& genome, int threads);
 

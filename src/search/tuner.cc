@@ -199,7 +199,7 @@ class Tuner {
     eo.budget_s = options_.budget_s;
     eo.elapsed_s = [&] { return searched_s; };
     eo.seed = options_.seed;
-    EvolutionResult r = evolve(genes.choices, seed_genomes(genes), fitness, eo,
+    EvolutionResult r = evolve(genes.choices, seed_genomes(genes, op_groups), fitness, eo,
                                [&](const EvolutionResult& progress) {
                                  report("graph-level search", progress.generations, 0, -1,
                                         fmt::format("best {:.3f} ms, {} genomes",

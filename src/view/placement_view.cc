@@ -86,7 +86,7 @@ std::string op_of(const Graph& g, const std::string& node) {
 
 // "onednn" or "onednn/winograd": the backend and the variant it built.
 std::string group_label(const PlanGroup& pg) {
-  return pg.variant.empty() ? pg.backend : pg.backend + "/" + pg.variant;
+  return pg.variant.empty() ? pg.backend : pg.backend + "/" + variant_summary(pg.variant);
 }
 
 // Stages of the plan with more than one lane.

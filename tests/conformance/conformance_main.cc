@@ -57,11 +57,18 @@ const char* status_name(Status s) {
   return "?";
 }
 
+// The backend's name in NAME or NAME/VARIANT (--backend onednn/winograd).
+std::string backend_name(const std::string& backend) {
+  return BackendSpec::parse(backend).backend;
+}
+
 struct Result {
   Status status = Status::kFailed;
   std::string reason;
   // Nodes the backend ran, and nodes its patterns match (over the test's data sets' sessions).
   BackendCoverage coverage;
+  // A kernel of the session was built as a variant (--backend NAME/VARIANT).
+  bool ran_variant = false;
 };
 
 struct TestCase {
@@ -153,6 +160,7 @@ Result run_test_unguarded(const TestCase& test, const Config& config) {
   }
 
   std::optional<Session> session;
+  bool ran_variant = false;
   std::vector<Shape> session_shapes;
   bool frozen = false;  // inputs were frozen to one data set's values: reload for the next
   BackendCoverage coverage;
@@ -199,11 +207,12 @@ Result run_test_unguarded(const TestCase& test, const Config& config) {
         return classify_current_exception("load");
       }
       session_shapes = shapes;
-      const BackendCoverage c =
-          backend_coverage(session->graph(), BackendRegistry::global().get(config.backend),
-                           session->node_backends());
+      const BackendCoverage c = backend_coverage(
+          session->graph(), BackendRegistry::global().get(backend_name(config.backend)),
+          session->node_backends());
       coverage.matched = std::max(coverage.matched, c.matched);
       coverage.placed = std::max(coverage.placed, c.placed);
+      for (const PlanGroup& g : session->plan().groups) ran_variant |= !g.variant.empty();
     }
 
     // The session wants its own input order; match the data to it by name.
@@ -239,7 +248,7 @@ Result run_test_unguarded(const TestCase& test, const Config& config) {
   if (config.require_backend_nodes && coverage.matched > 0 && coverage.placed == 0)
     return failed(fmt::format("{} ran none of the {} nodes its patterns match", config.backend,
                               coverage.matched));
-  return {Status::kPassed, "", coverage};
+  return {Status::kPassed, "", coverage, ran_variant};
 }
 
 // ONNX's node tests feed shape-setting values (a Reshape's target, Slice's starts, Resize's
@@ -308,7 +317,8 @@ Result run_isolated(const TestCase& test, const Config& config, int timeout_s) {
     close(fds[0]);
     if (timeout_s > 0) alarm(static_cast<unsigned>(timeout_s));
     const Result r = run_test(test, config);
-    const std::string message = static_cast<char>('0' + static_cast<int>(r.status)) +
+    const std::string message = std::string{static_cast<char>('0' + static_cast<int>(r.status)),
+                                            r.ran_variant ? '1' : '0'} +
                                 fmt::format("{} {}\n", r.coverage.matched, r.coverage.placed) +
                                 r.reason;
     // _exit: the parent's buffered stdio and atexit handlers are not the child's to run.
@@ -338,10 +348,10 @@ Result run_isolated(const TestCase& test, const Config& config, int timeout_s) {
   const int code = message[0] - '0';
   BackendCoverage coverage;
   const size_t newline = message.find('\n');
-  if (code < 0 || code > 2 || newline == std::string::npos ||
-      std::sscanf(message.c_str() + 1, "%zu %zu", &coverage.matched, &coverage.placed) != 2)
+  if (code < 0 || code > 2 || message.size() < 2 || newline == std::string::npos ||
+      std::sscanf(message.c_str() + 2, "%zu %zu", &coverage.matched, &coverage.placed) != 2)
     return failed("garbled result from child");
-  return {static_cast<Status>(code), message.substr(newline + 1), coverage};
+  return {static_cast<Status>(code), message.substr(newline + 1), coverage, message[1] == '1'};
 }
 
 // Why `backend` cannot run on this machine ("" when it can, or is unknown: the tests then
@@ -439,6 +449,7 @@ int main_impl(int argc, char** argv) {
   std::string passing_path, write_passing_path;
   int min_passed = 0;
   int min_on_backend = 0;
+  int min_variant = 0;
   int timeout_s = 300;
   bool no_isolate = false;
   bool verbose = false;
@@ -469,6 +480,10 @@ int main_impl(int argc, char** argv) {
   app.add_option("--filter", filter, "Run only tests whose name contains this");
   app.add_option("--min-passed", min_passed, "Fail unless at least this many tests pass")
       ->capture_default_str();
+  app.add_option("--min-variant-passed", min_variant,
+                 "Fail unless at least this many passed tests ran a kernel built as the "
+                 "variant of --backend NAME/VARIANT (so a variant's run checks the variant)")
+      ->capture_default_str();
   app.add_option("--report", report_path, "Write every test's status and reason as JSON here");
   app.add_option("--rtol", config.tol.rtol, "Relative tolerance for floats")->capture_default_str();
   app.add_option("--atol", config.tol.atol, "Absolute tolerance for floats")->capture_default_str();
@@ -481,12 +496,13 @@ int main_impl(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbose, "Print each test before running it, and unsupported ones");
   CLI11_PARSE(app, argc, argv);
 
-  if (std::string why = unavailable_reason(config.backend, !no_isolate); !why.empty()) {
+  if (std::string why = unavailable_reason(backend_name(config.backend), !no_isolate);
+      !why.empty()) {
     fmt::print("conformance: SKIPPED: {}\n", why);
     return kSkipped;
   }
 
-  int passed = 0, num_failed = 0, unsupported = 0;
+  int passed = 0, num_failed = 0, unsupported = 0, passed_variant = 0;
   int on_backend = 0;
   size_t nodes_matched = 0, nodes_placed = 0;
   auto summary = [&] {
@@ -496,6 +512,9 @@ int main_impl(int argc, char** argv) {
         "conformance: {} passed with {} running a node; over the passed tests it ran {} of "
         "the {} nodes its patterns match\n",
         on_backend, config.backend, nodes_placed, nodes_matched);
+    if (config.backend.find('/') != std::string::npos)
+      fmt::print("conformance: {} passed tests ran a kernel built as {}\n", passed_variant,
+                 config.backend);
     std::fflush(stdout);
   };
 
@@ -504,7 +523,7 @@ int main_impl(int argc, char** argv) {
   bool fallback = false;
   try {
     for (const std::string& plugin : plugins) BackendRegistry::global().load_plugin(plugin);
-    fallback = is_fallback(config.backend);  // throws for an unknown backend
+    fallback = is_fallback(backend_name(config.backend));  // throws for an unknown backend
     if (!passing_path.empty()) listed = read_list(passing_path);
     const bool run_suites = dirs.empty() || suite_opt->count() > 0;
     if (run_suites) {
@@ -549,13 +568,15 @@ int main_impl(int argc, char** argv) {
         ++passed;
         nodes_matched += r.coverage.matched;
         nodes_placed += r.coverage.placed;
+        passed_variant += r.ran_variant;
         if (fallback || r.coverage.placed > 0) {
           ++on_backend;
           passed_on_backend.insert(test.name);
         }
         if (verbose)
-          fmt::print("PASSED {} ({:.2f} s; {} ran {} of the {} nodes its patterns match)\n",
-                     test.name, seconds, config.backend, r.coverage.placed, r.coverage.matched);
+          fmt::print("PASSED {} ({:.2f} s; {} ran {} of the {} nodes its patterns match){}\n",
+                     test.name, seconds, config.backend, r.coverage.placed, r.coverage.matched,
+                     r.ran_variant ? " [variant]" : "");
         break;
       case Status::kFailed:
         ++num_failed;
@@ -625,7 +646,11 @@ int main_impl(int argc, char** argv) {
   if (on_backend < min_on_backend)
     fmt::print("conformance: {} passed on {} is below --min-on-backend {}\n", on_backend,
                config.backend, min_on_backend);
-  return num_failed == 0 && regressions == 0 && passed >= min_passed && on_backend >= min_on_backend
+  if (passed_variant < min_variant)
+    fmt::print("conformance: {} passed with the variant is below --min-variant-passed {}\n",
+               passed_variant, min_variant);
+  return num_failed == 0 && regressions == 0 && passed >= min_passed &&
+                 on_backend >= min_on_backend && passed_variant >= min_variant
              ? 0
              : 1;
 }

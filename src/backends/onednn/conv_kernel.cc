@@ -1,9 +1,13 @@
 // Conv and ConvTranspose on oneDNN's (de)convolution primitives. Weights are reordered once
 // to the layout the primitive prefers (blocked, format_tag::any); activations are
-// reordered only where they are not already in the layout the primitive prefers.
+// reordered only where they are not already in the layout the primitive prefers. A Conv is
+// built with the direct algorithm or, as the "winograd" variant, with oneDNN's Winograd
+// convolution (fewer multiplies for 3x3 stride-1 kernels).
+#include <algorithm>
 #include <numeric>
 
 #include "backends/onednn/epilogue.h"
+#include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
 
 namespace collage::onednn {
@@ -115,7 +119,26 @@ dnnl::memory::desc weights_view(const Shape& w, int64_t group, bool transposed) 
 
 }  // namespace
 
-void emit_conv(const Graph& sub, ValueMemories& values) {
+// What oneDNN 2.6.3's Winograd kernels take (jit_fp32_wino_2x3 and jit_wino_4x3 on
+// avx512_core, probed on this machine): 2-D, 3x3, stride 1, no dilation, one group, pads of
+// at most 1; any channel count and spatial size. Post-ops: Relu and a residual sum only
+// (Clip, Sigmoid, binary ops are refused when the primitive is created).
+bool winograd_candidate(const Graph& g, const Node& n) {
+  if (n.op_type != "Conv" || !n.domain.empty() || n.inputs.size() < 2) return false;
+  const Shape& ws = g.value(n.input(1)).shape;
+  if (ws.size() != 4 || ws[2] != 3 || ws[3] != 3 || n.attr_int("group", 1) != 1) return false;
+  for (int64_t s : n.attr_ints("strides", {1, 1}))
+    if (s != 1) return false;
+  for (int64_t d : n.attr_ints("dilations", {1, 1}))
+    if (d != 1) return false;
+  // auto_pad SAME_* on a 3x3 stride-1 window pads 1 on each side, VALID none.
+  if (n.attr_string("auto_pad", "NOTSET") != "NOTSET") return true;
+  for (int64_t p : n.attr_ints("pads", {0, 0, 0, 0}))
+    if (p < 0 || p > 1) return false;
+  return true;
+}
+
+void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm) {
   const Node& node = sub.node(0);
   const bool transposed = node.op_type == "ConvTranspose";
   const ValueId x = node.input(0), w = node.input(1), b = node.input(2);
@@ -133,6 +156,10 @@ void emit_conv(const Graph& sub, ValueMemories& values) {
     fail(ErrorKind::kUnsupported, "onednn: conv of rank {}", xs.size());
   const int64_t group = node.attr_int("group", 1);
   if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: conv input is not a kernel input");
+  const bool winograd = algorithm == ConvAlgorithm::kWinograd;
+  if (winograd && !winograd_candidate(sub, node))
+    fail(ErrorKind::kUnsupported,
+         "onednn: Winograd needs a 2-D 3x3 stride-1 undilated single-group Conv with pads <= 1");
 
   std::vector<bool> covered(sub.num_nodes(), false);
   covered[0] = true;
@@ -180,11 +207,13 @@ void emit_conv(const Graph& sub, ValueMemories& values) {
     prim = dnnl::deconvolution_forward(p);
     pd = std::make_shared<dnnl::deconvolution_forward::primitive_desc>(p);
   } else {
-    auto p = create_pd("convolution", [&] {
+    auto p = create_pd(winograd ? "Winograd convolution" : "convolution", [&] {
       return dnnl::convolution_forward::primitive_desc(
-          dnnl::convolution_forward::desc(inference, dnnl::algorithm::convolution_direct, src_md,
-                                          w_md, b_md, dst_md, geo.strides, geo.dilates, geo.pad_l,
-                                          geo.pad_r),
+          dnnl::convolution_forward::desc(inference,
+                                          winograd ? dnnl::algorithm::convolution_winograd
+                                                   : dnnl::algorithm::convolution_direct,
+                                          src_md, w_md, b_md, dst_md, geo.strides, geo.dilates,
+                                          geo.pad_l, geo.pad_r),
           attr, cpu_engine());
     });
     prim = dnnl::convolution_forward(p);
@@ -219,8 +248,260 @@ void emit_conv(const Graph& sub, ValueMemories& values) {
   values.produced(tail.out, dst);
 }
 
-std::unique_ptr<Kernel> compile_conv(const Graph& sub) {
-  return compile_group(sub, emit_conv);
+// ---------------------------------------------------------------- 1x1 conv + depthwise
+
+namespace {
+
+bool f32_constant(const Graph& g, ValueId v) {
+  return v != kNoValue && g.value(v).is_constant() && g.value(v).dtype == DType::kFloat32;
+}
+
+bool all_equal(const std::vector<int64_t>& v, int64_t x) {
+  return std::all_of(v.begin(), v.end(), [x](int64_t e) { return e == x; });
+}
+
+// A 2-D float32 Conv with constant weights (and bias), no auto_pad, no dilation.
+bool plain_conv2d(const Graph& g, const Node& n) {
+  if (n.op_type != "Conv" || !n.domain.empty() || n.outputs.size() != 1 || n.inputs.size() < 2)
+    return false;
+  if (g.value(n.input(0)).dtype != DType::kFloat32 || !f32_constant(g, n.input(1)) ||
+      (n.input(2) != kNoValue && !f32_constant(g, n.input(2))))
+    return false;
+  return g.value(n.input(0)).shape.size() == 4 && g.value(n.input(1)).shape.size() == 4 &&
+         n.attr_string("auto_pad", "NOTSET") == "NOTSET" &&
+         all_equal(n.attr_ints("dilations", {1, 1}), 1);
+}
+
+// What oneDNN's depthwise post-op takes (post_ops::append_dw in 2.6.3): the head a 1x1
+// stride-1 unpadded dense conv, the fused one 3x3 depthwise with pads of 1 and stride 1 or 2.
+bool dw_head(const Graph& g, const Node& n) {
+  if (!plain_conv2d(g, n)) return false;
+  const Shape& ws = g.value(n.input(1)).shape;
+  return ws[2] == 1 && ws[3] == 1 && n.attr_int("group", 1) == 1 &&
+         all_equal(n.attr_ints("strides", {1, 1}), 1) && all_equal(n.attr_ints("pads", {}), 0);
+}
+
+int64_t dw_stride(const Graph& g, const Node& n) {
+  if (!plain_conv2d(g, n)) return 0;
+  const Shape& xs = g.value(n.input(0)).shape;
+  const Shape& ws = g.value(n.input(1)).shape;
+  const int64_t c = xs[1];
+  if (n.attr_int("group", 1) != c || ws[0] != c || ws[1] != 1 || ws[2] != 3 || ws[3] != 3) return 0;
+  std::vector<int64_t> s = n.attr_ints("strides", {1, 1});
+  if (s.size() != 2 || s[0] != s[1] || (s[0] != 1 && s[0] != 2)) return 0;
+  if (!all_equal(n.attr_ints("pads", {0, 0, 0, 0}), 1)) return 0;
+  return s[0];
+}
+
+// The tail steps after `cur` that oneDNN runs as eltwise post-ops (or a per-channel bias),
+// up to the step whose output's sole reader is `stop` (a Conv): their nodes and ops.
+bool eltwise_or_bias(const std::vector<PostOp>& ops, const Graph& g, ValueId cur) {
+  for (const PostOp& op : ops) {
+    if (op.kind == PostOp::Kind::kEltwise) continue;
+    // A constant Add broadcast along the channels only: folded into the conv's bias.
+    std::vector<PostOp> one = {op};
+    const Shape& s = g.value(cur).shape;
+    if (!take_channel_bias(one, 1, s.size() > 1 ? s[1] : 1)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<Match> grow_conv_dw(const Graph& g) {
+  const Consumers consumers = g.consumers();
+  std::vector<Match> out;
+  for (size_t h = 0; h < g.num_nodes(); ++h) {
+    const Node& head = g.node(static_cast<NodeId>(h));
+    if (!dw_head(g, head)) continue;
+    std::vector<NodeId> nodes = {static_cast<NodeId>(h)};
+    ValueId cur = head.outputs[0];
+    // The 1x1's tail, to the depthwise conv reading it alone.
+    NodeId dw = -1;
+    for (int k = 0; k <= kMaxTail && dw < 0; ++k) {
+      const std::vector<NodeId>& readers = consumers[cur];
+      const bool leaves = std::find(g.outputs.begin(), g.outputs.end(), cur) != g.outputs.end();
+      if (readers.size() != 1 || leaves) break;
+      if (dw_stride(g, g.node(readers[0])) > 0 && g.node(readers[0]).input(0) == cur) {
+        dw = readers[0];
+        break;
+      }
+      std::optional<TailStep> step = next_tail_step(g, consumers, cur);
+      if (!step || !eltwise_or_bias(step->ops, g, cur)) break;
+      nodes.insert(nodes.end(), step->nodes.begin(), step->nodes.end());
+      cur = step->out;
+    }
+    if (dw < 0) continue;
+    nodes.push_back(dw);
+    std::sort(nodes.begin(), nodes.end());
+    out.push_back(Match{nodes});
+    cur = g.node(dw).outputs[0];
+    for (int k = 0; k < kMaxTail; ++k) {
+      std::optional<TailStep> step = next_tail_step(g, consumers, cur);
+      if (!step || !eltwise_or_bias(step->ops, g, cur)) break;
+      nodes.insert(nodes.end(), step->nodes.begin(), step->nodes.end());
+      std::sort(nodes.begin(), nodes.end());
+      out.push_back(Match{nodes});
+      cur = step->out;
+    }
+  }
+  return out;
+}
+
+NodeId depthwise_post_op(const Graph& g, const Consumers& consumers, NodeId head, ValueId cur) {
+  if (!dw_head(g, g.node(head)) || consumers[cur].size() != 1 ||
+      std::find(g.outputs.begin(), g.outputs.end(), cur) != g.outputs.end())
+    return -1;
+  const NodeId reader = consumers[cur][0];
+  const Node& n = g.node(reader);
+  return dw_stride(g, n) > 0 && n.input(0) == cur ? reader : -1;
+}
+
+bool conv_dw_group(const Graph& sub) {
+  if (sub.num_nodes() < 2 || !dw_head(sub, sub.node(0))) return false;
+  for (size_t n = 1; n < sub.num_nodes(); ++n)
+    if (sub.node(static_cast<NodeId>(n)).op_type == "Conv") return true;
+  return false;
+}
+
+// oneDNN's fused implementation: a jit 1x1 kernel computing the depthwise rows as it goes
+// ("jit_1x1:avx512_core"), or ref_fused_convolution, which runs two jit primitives one after
+// another over a scratchpad intermediate. Refused: any plain reference ("ref:") part.
+bool jit_fused(const std::string& impl) {
+  if (impl.rfind("ref_fused_convolution", 0) != 0) return !is_reference_impl(impl);
+  size_t start = 0;
+  bool first = true;
+  while (start <= impl.size()) {
+    size_t end = impl.find(':', start);
+    if (end == std::string::npos) end = impl.size();
+    const std::string part = impl.substr(start, end - start);
+    if (!first && part.rfind("ref", 0) == 0) return false;
+    first = false;
+    start = end + 1;
+  }
+  return true;
+}
+
+void emit_conv_dw(const Graph& sub, ValueMemories& values) {
+  if (!conv_dw_group(sub))
+    fail(ErrorKind::kUnsupported, "onednn: not a 1x1 conv followed by a 3x3 depthwise conv");
+  const Consumers consumers = sub.consumers();
+  const Node& head = sub.node(0);
+  const ValueId x = head.input(0);
+  if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: conv input is not a kernel input");
+  std::vector<bool> covered(sub.num_nodes(), false);
+  covered[0] = true;
+  // The 1x1's tail up to the depthwise conv.
+  std::vector<PostOp> ops1;
+  ValueId cur = head.outputs[0];
+  NodeId dw = -1;
+  while (dw < 0) {
+    const std::vector<NodeId>& readers = consumers[cur];
+    if (readers.size() != 1)
+      fail(ErrorKind::kUnsupported, "onednn: the 1x1 conv's output is read outside the fusion");
+    if (sub.node(readers[0]).op_type == "Conv") {
+      dw = readers[0];
+      break;
+    }
+    std::optional<TailStep> step = next_tail_step(sub, consumers, cur);
+    if (!step) fail(ErrorKind::kUnsupported, "onednn: no post-op tail to the depthwise conv");
+    for (NodeId n : step->nodes) covered[n] = true;
+    ops1.insert(ops1.end(), step->ops.begin(), step->ops.end());
+    cur = step->out;
+  }
+  const Node& dw_node = sub.node(dw);
+  const int64_t stride = dw_stride(sub, dw_node);
+  if (stride == 0 || dw_node.input(0) != cur)
+    fail(ErrorKind::kUnsupported,
+         "onednn: the depthwise post-op needs a 3x3 depthwise conv with "
+         "pads 1 and stride 1 or 2");
+  covered[dw] = true;
+  Tail tail = parse_tail(sub, dw_node.outputs[0], covered);
+
+  const Shape& xs = sub.value(x).shape;
+  const Shape& mid = sub.value(head.outputs[0]).shape;
+  const Shape& ys = sub.value(tail.out).shape;
+  const int64_t m = mid[1];
+  auto conv_bias = [&](const Node& n, std::vector<PostOp>& ops) {
+    std::vector<float> bias(m, 0.0f);
+    if (n.input(2) != kNoValue) {
+      const float* d = sub.value(n.input(2)).constant.data<float>();
+      std::copy(d, d + m, bias.begin());
+    }
+    if (std::optional<std::vector<float>> extra = take_channel_bias(ops, 1, m))
+      for (int64_t c = 0; c < m; ++c) bias[c] += (*extra)[c];
+    for (const PostOp& op : ops)
+      if (op.kind != PostOp::Kind::kEltwise)
+        fail(ErrorKind::kUnsupported, "onednn: only eltwise post-ops around a depthwise post-op");
+    return bias;
+  };
+  const std::vector<float> bias1 = conv_bias(head, ops1), bias2 = conv_bias(dw_node, tail.ops);
+  // oneDNN 2.6's injector applies the first alpha/beta of an eltwise kind to all of that kind
+  // (see epilogue.cc): refused across the whole chain as within one.
+  std::vector<PostOp> all = ops1;
+  all.insert(all.end(), tail.ops.begin(), tail.ops.end());
+  for (size_t i = 0; i < all.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (all[i].alg == all[j].alg && (all[i].alpha != all[j].alpha || all[i].beta != all[j].beta))
+        fail(ErrorKind::kUnsupported, "onednn: two differently parameterised eltwise post-ops");
+  dnnl::post_ops post;
+  for (const PostOp& op : ops1) post.append_eltwise(1.0f, op.alg, op.alpha, op.beta);
+  post.append_dw(dt::f32, dt::f32, dt::f32, 3, stride, 1, 0, {});
+  for (const PostOp& op : tail.ops) post.append_eltwise(1.0f, op.alg, op.alpha, op.beta);
+  dnnl::primitive_attr attr = base_attr();
+  attr.set_post_ops(post);
+
+  Program& program = values.program();
+  const dnnl::memory::desc w_view = weights_view(sub.value(head.input(1)).shape, 1, false);
+  const dnnl::memory::desc b_md({m}, dt::f32, tag::a);
+  auto pd = create_pd("1x1 convolution with a depthwise post-op", [&] {
+    return dnnl::convolution_forward::primitive_desc(
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                        dnnl::algorithm::convolution_direct, any_md(to_dims(xs)),
+                                        any_md(w_view.dims()), b_md, any_md(to_dims(mid)), {1, 1},
+                                        {0, 0}, {0, 0}, {0, 0}),
+        attr, cpu_engine());
+  });
+  if (!jit_fused(pd.impl_info_str()))
+    fail(ErrorKind::kUnsupported, "onednn: the depthwise post-op runs as {} here",
+         pd.impl_info_str());
+  const dnnl::memory::desc chosen_dst = pd.query_md(dnnl::query::dst_md);
+  if (chosen_dst.dims() != to_dims(ys))
+    fail(ErrorKind::kUnsupported, "onednn: the depthwise post-op's output is not {}",
+         shape_to_string(ys));
+  const int dw_weights = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS;
+  const int dw_bias = DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS;
+  // ONNX's (C, 1, 3, 3) depthwise weights are oneDNN's goihw with one output per group.
+  const dnnl::memory::desc dw_plain({m, 1, 1, 3, 3}, dt::f32, tag::goihw);
+  std::vector<std::pair<int, dnnl::memory>> args = {
+      {DNNL_ARG_SRC, values.read(x, pd.query_md(dnnl::query::src_md))},
+      {DNNL_ARG_WEIGHTS, program.constant(sub.value(head.input(1)).constant, w_view,
+                                          pd.query_md(dnnl::query::weights_md))},
+      {DNNL_ARG_BIAS, program.constant(Tensor::from_vector<float>({m}, bias1), b_md, b_md)},
+      {dw_weights, program.constant(sub.value(dw_node.input(1)).constant, dw_plain,
+                                    pd.query_md(dnnl::query::exec_arg_md, dw_weights))},
+      {dw_bias, program.constant(Tensor::from_vector<float>({m}, bias2), b_md,
+                                 pd.query_md(dnnl::query::exec_arg_md, dw_bias))}};
+  dnnl::memory dst = values.destination(tail.out, chosen_dst);
+  args.emplace_back(DNNL_ARG_DST, dst);
+  program.add(dnnl::convolution_forward(pd), pd, std::move(args));
+  values.produced(tail.out, dst);
+}
+
+std::unique_ptr<Kernel> compile_conv_dw(const Graph& sub) {
+  Program program;
+  ValueMemories values(program);
+  values.bind_plain_boundary(sub);
+  emit_conv_dw(sub, values);
+  return std::make_unique<ProgramKernel>(std::move(program));
+}
+
+std::unique_ptr<Kernel> compile_conv(const Graph& sub, ConvAlgorithm algorithm) {
+  Program program;
+  ValueMemories values(program);
+  values.bind_plain_boundary(sub);
+  emit_conv(sub, values, algorithm);
+  return std::make_unique<ProgramKernel>(std::move(program));
 }
 
 }  // namespace collage::onednn

@@ -29,7 +29,8 @@ std::string library_version();  // "2.6.3"
 // no longer takes a sum post-op (it dropped the residual). r3: glue ops (Concat, Slice,
 // Split, Transpose, channel shuffle, Pad, spatial reductions) in kernels and regions, which
 // refused them before; a pool's full-shape post-op operand read in its output's layout.
-std::string backend_version();  // "2.6.3+r3"
+// r4: onednn-graph regions run a 1x1 conv and the depthwise conv after it as one primitive.
+std::string backend_version();  // "2.6.3+r4"
 std::string effective_isa();    // e.g. "avx512_core_bf16"
 
 // A rank-0 shape becomes {1}: oneDNN has no scalars.

@@ -34,7 +34,14 @@ const std::vector<std::string>& binary_ops() {
 
 const std::vector<Family>& families() {
   static const std::vector<Family> table = {
-      {"conv", {"Conv", "ConvTranspose"}, compile_conv, emit_conv, true},
+      // Direct convolution; emit_group and compile() pick other algorithms and fusions first.
+      {"conv",
+       {"Conv", "ConvTranspose"},
+       [](const Graph& sub) { return compile_conv(sub, ConvAlgorithm::kDirect); },
+       [](const Graph& sub, ValueMemories& values) {
+         emit_conv(sub, values, ConvAlgorithm::kDirect);
+       },
+       true},
       {"matmul", {"MatMul", "Gemm"}, compile_matmul, emit_matmul, true},
       {"pool",
        {"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"},
@@ -129,7 +136,7 @@ std::unique_ptr<Kernel> compile_group(const Graph& subgraph, Emitter emit) {
   return std::make_unique<ProgramKernel>(std::move(program));
 }
 
-void emit_group(const Graph& sub, ValueMemories& values) {
+void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algorithm) {
   if (sub.num_nodes() == 0) fail(ErrorKind::kUnsupported, "onednn: empty group");
   const Node& first = sub.node(0);
   if (!first.domain.empty())
@@ -142,6 +149,8 @@ void emit_group(const Graph& sub, ValueMemories& values) {
   }
   if ((t == "Reshape" && sub.num_nodes() == 3) || layout_head(sub, first))
     return emit_layout(sub, values);
+  if (t == "Conv" && conv_dw_group(sub)) return emit_conv_dw(sub, values);
+  if (t == "Conv" || t == "ConvTranspose") return emit_conv(sub, values, conv_algorithm);
   if (const Family* f = family_of(t)) {
     if (!f->emit) fail(ErrorKind::kUnsupported, "onednn: {} runs only as a kernel of its own", t);
     return f->emit(sub, values);

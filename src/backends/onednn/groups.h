@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/onednn/kernels.h"
 #include "backends/onednn/value_memories.h"
 #include "collage/pattern.h"
 
@@ -28,8 +29,9 @@ bool elementwise_head(const Graph& g, const Node& n, ValueId* x = nullptr);
 std::vector<Match> grow_tails(const Graph& g);
 
 // Appends group `subgraph` (node 0 its head; a view op alone is a view) to
-// values.program(), dispatching on the head's op. Throws kUnsupported for heads without
-// an emitter (layer norm, softmax: op-level only).
-void emit_group(const Graph& subgraph, ValueMemories& values);
+// values.program(), dispatching on the head's op; a Conv head uses `conv_algorithm`.
+// Throws kUnsupported for heads without an emitter (layer norm, softmax: op-level only).
+void emit_group(const Graph& subgraph, ValueMemories& values,
+                ConvAlgorithm conv_algorithm = ConvAlgorithm::kDirect);
 
 }  // namespace collage::onednn

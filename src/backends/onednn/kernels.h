@@ -14,6 +14,7 @@
 #include "backends/onednn/value_memories.h"
 #include "collage/graph.h"
 #include "collage/kernel.h"
+#include "collage/pattern.h"
 
 namespace collage::onednn {
 
@@ -22,8 +23,26 @@ using Emitter = void (*)(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_group(const Graph& subgraph, Emitter emit);
 
 // Conv / ConvTranspose (1-3 spatial dims, groups, bias) + tail.  conv_kernel.cc
-void emit_conv(const Graph& subgraph, ValueMemories& values);
-std::unique_ptr<Kernel> compile_conv(const Graph& subgraph);
+// The algorithm of a Conv: direct (oneDNN's default) or Winograd (the "winograd" variant).
+enum class ConvAlgorithm { kDirect, kWinograd };
+// Whether Conv node `n` has the shape oneDNN's Winograd kernels take (checked without
+// creating a primitive; the primitive may still refuse the group's post-ops).
+bool winograd_candidate(const Graph& g, const Node& n);
+void emit_conv(const Graph& subgraph, ValueMemories& values,
+               ConvAlgorithm algorithm = ConvAlgorithm::kDirect);
+std::unique_ptr<Kernel> compile_conv(const Graph& subgraph,
+                                     ConvAlgorithm algorithm = ConvAlgorithm::kDirect);
+// A 1x1 stride-1 Conv, its eltwise tail, a 3x3 depthwise Conv (pads 1, stride 1 or 2) and
+// its eltwise tail as ONE primitive: the depthwise conv is the 1x1's post-op (append_dw).
+// grow_conv_dw proposes every such chain (each prefix of the second tail).  conv_kernel.cc
+std::vector<Match> grow_conv_dw(const Graph& g);
+bool conv_dw_group(const Graph& subgraph);
+// The depthwise conv that can run as a post-op of 1x1 conv `head` of `g`, reading `cur`
+// (the head's output or the end of its eltwise tail) alone; -1 when there is none.
+NodeId depthwise_post_op(const Graph& g, const std::vector<std::vector<NodeId>>& consumers,
+                         NodeId head, ValueId cur);
+void emit_conv_dw(const Graph& subgraph, ValueMemories& values);
+std::unique_ptr<Kernel> compile_conv_dw(const Graph& subgraph);
 // MatMul (batched, broadcasting) / Gemm (transA/B, alpha, beta, C) + tail.  matmul_kernel.cc
 void emit_matmul(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_matmul(const Graph& subgraph);

@@ -58,10 +58,43 @@ class OnednnGraphBackend : public Backend {
     return {fuse_region("onednn_region", all_kinds, kMaxRegionNodes, region_node)};
   }
 
+  // "winograd": every Conv of the region that oneDNN's Winograd kernels take uses them.
+  // Regions the graph-level search assembles get a composed variant instead
+  // ("winograd@I,J,...": those nodes only), from the variants their groups were given.
+  std::vector<std::string> variants(const Graph& subgraph) const override {
+    for (size_t n = 0; n < subgraph.num_nodes(); ++n)
+      if (winograd_candidate(subgraph, subgraph.node(static_cast<NodeId>(n))))
+        return {"", kWinograd};
+    return {""};
+  }
+
   std::unique_ptr<Kernel> compile(const Graph& subgraph, const CompileOptions& options) override {
-    if (!options.variant.empty())
-      fail(ErrorKind::kUnsupported, "onednn-graph: no variant '{}'", options.variant);
-    return compile_region(subgraph);
+    return compile_region(subgraph, winograd_nodes(subgraph, options.variant));
+  }
+
+ private:
+  static constexpr const char* kWinograd = "winograd";
+
+  // Per node of `region`: built with Winograd. Throws kUnsupported for another variant.
+  static std::vector<bool> winograd_nodes(const Graph& region, const std::string& variant) {
+    std::vector<bool> out(region.num_nodes(), false);
+    auto mark = [&](size_t n) {
+      out[n] = winograd_candidate(region, region.node(static_cast<NodeId>(n)));
+    };
+    if (variant == kWinograd) {
+      for (size_t n = 0; n < region.num_nodes(); ++n) mark(n);
+      return out;
+    }
+    std::optional<std::vector<VariantPart>> parts =
+        parse_composed_variant(variant, region.num_nodes());
+    if (!parts) fail(ErrorKind::kUnsupported, "onednn-graph: no variant '{}'", variant);
+    for (const VariantPart& p : *parts) {
+      if (p.variant != kWinograd)
+        fail(ErrorKind::kUnsupported, "onednn-graph: no variant '{}' (in '{}')", p.variant,
+             variant);
+      for (int n : p.nodes) mark(static_cast<size_t>(n));
+    }
+    return out;
   }
 };
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "collage/graph.h"
 #include "collage/kernel.h"
@@ -19,7 +20,8 @@ bool region_node(const Graph& g, const Node& n);
 // unless its output leaves the region. compile_region starts with this.
 Graph merge_duplicates(const Graph& region);
 
-// Throws kUnsupported naming the first node it can't take.
-std::unique_ptr<Kernel> compile_region(const Graph& region);
+// Throws kUnsupported naming the first node it can't take. The Conv nodes whose index is
+// set in `winograd` (empty: none) are built with oneDNN's Winograd algorithm.
+std::unique_ptr<Kernel> compile_region(const Graph& region, const std::vector<bool>& winograd = {});
 
 }  // namespace collage::onednn

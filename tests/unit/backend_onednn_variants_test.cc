@@ -1,0 +1,506 @@
+// The onednn backends' variants (other algorithms for the same nodes) against the reference
+// backend, with the tuner's own check (compare.h's Tolerance::backend_vs_reference): the
+// Winograd convolution as a `onednn` variant, and inside `onednn-graph` regions as a plain
+// ("winograd": every Conv it takes) or a composed variant ("winograd@I,J": those nodes),
+// which variants each backend offers, and what compile() must refuse.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend_test_util.h"
+#include "collage/backend.h"
+#include "collage/placement_view.h"
+#include "collage/plan.h"
+#include "collage/session.h"
+#include "graph_builder.h"
+#include "util/compare.h"
+
+namespace collage {
+namespace {
+
+using testing::attr_f;
+using testing::attr_i;
+using testing::attr_ints;
+using testing::GraphBuilder;
+using testing::pick;
+
+Backend& onednn() {
+  return BackendRegistry::global().get("onednn");
+}
+Backend& onednn_graph() {
+  return BackendRegistry::global().get("onednn-graph");
+}
+
+struct Outputs {
+  std::vector<Tensor> got, want;
+};
+
+// The whole graph compiled on `backend` as `variant`, and the reference, on the same inputs.
+Outputs run_variant(Backend& backend, const Graph& g, const std::string& variant,
+                    uint64_t seed = 5) {
+  std::vector<Tensor> inputs = random_inputs(g, seed);
+  CompileOptions options = testing::test_options();
+  options.variant = variant;
+  std::unique_ptr<Kernel> kernel = backend.compile(g, options);
+  Outputs out;
+  for (ValueId v : g.outputs) out.got.emplace_back(g.value(v).dtype, g.value(v).shape);
+  kernel->run(inputs, out.got);
+  Session reference(g, SessionOptions{});
+  out.want = reference.run(inputs);
+  return out;
+}
+
+// max |got - want| / max |want| over every output: the error on the outputs' scale.
+double scaled_error(const Outputs& o) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < o.want.size(); ++i)
+    for (int64_t k = 0; k < o.want[i].numel(); ++k) {
+      const double a = o.got[i].get_as_double(k), b = o.want[i].get_as_double(k);
+      if (std::isnan(a)) return INFINITY;
+      err = std::max(err, std::fabs(a - b));
+      scale = std::max(scale, std::fabs(b));
+    }
+  return scale > 0 ? err / scale : err;
+}
+
+// Passes the check the tuner applies to every candidate before it may be placed.
+void expect_like_reference(Backend& backend, const Graph& g, const std::string& variant,
+                           const std::string& what) {
+  SCOPED_TRACE(what);
+  Outputs o = run_variant(backend, g, variant);
+  EXPECT_EQ(compare_outputs(o.got, o.want, Tolerance::backend_vs_reference()), "") << what;
+}
+
+ValueId conv(GraphBuilder& b, ValueId x, int64_t in, int64_t out, int64_t k, int64_t stride = 1,
+             int64_t pad = -1, int64_t group = 1) {
+  const int64_t p = pad >= 0 ? pad : k / 2;
+  return b.add1(
+      "Conv",
+      {x, b.random_constant("w", {out, in / group, k, k}, 0.2f), b.random_constant("b", {out})},
+      {{"pads", attr_ints({p, p, p, p})},
+       {"strides", attr_ints({stride, stride})},
+       {"group", attr_i(group)}});
+}
+
+std::vector<std::string> variants_of(const Backend& backend, GraphBuilder& b) {
+  return backend.variants(b.graph());
+}
+
+// --------------------------------------------------------------------- which variants
+
+TEST(OnednnVariants, WinogradOfferedOnlyWhereOnednnTakesIt) {
+  const std::vector<std::string> both = {"", "winograd"}, plain = {""};
+  {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
+    b.output(b.add1("Relu", {conv(b, x, 16, 16, 3)}));
+    EXPECT_EQ(variants_of(onednn(), b), both) << "3x3 stride 1 + Relu";
+  }
+  {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
+    b.output(
+        b.add1("Add", {conv(b, x, 16, 16, 3, 1, 0), b.input("r", DType::kFloat32, {1, 16, 6, 6})}));
+    EXPECT_EQ(variants_of(onednn(), b), both) << "3x3 pad 0 + residual Add";
+  }
+  struct Case {
+    const char* what;
+    int64_t k, stride, pad, group;
+  };
+  for (Case c :
+       {Case{"1x1", 1, 1, 0, 1}, Case{"stride 2", 3, 2, 1, 1}, Case{"5x5", 5, 1, 2, 1},
+        Case{"pad 2", 3, 1, 2, 1}, Case{"grouped", 3, 1, 1, 2}, Case{"depthwise", 3, 1, 1, 16}}) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
+    b.output(conv(b, x, 16, 16, c.k, c.stride, c.pad, c.group));
+    EXPECT_EQ(variants_of(onednn(), b), plain) << c.what;
+  }
+  {
+    // Winograd's primitive takes no Clip post-op: not offered (it would only fail).
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
+    b.output(b.add1("Clip", {conv(b, x, 16, 16, 3), b.constant("lo", Tensor::scalar(0.0f)),
+                             b.constant("hi", Tensor::scalar(6.0f))}));
+    EXPECT_EQ(variants_of(onednn(), b), plain) << "3x3 + Clip";
+  }
+  {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
+    b.output(b.add1("Relu", {b.add1("MaxPool", {x}, {{"kernel_shape", attr_ints({2, 2})}})}));
+    EXPECT_EQ(variants_of(onednn(), b), plain) << "no conv";
+    EXPECT_EQ(variants_of(onednn_graph(), b), plain) << "region without a conv";
+  }
+  {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
+    ValueId y = b.add1("Relu", {conv(b, x, 16, 32, 1)});
+    b.output(b.add1("Relu", {conv(b, y, 32, 32, 3)}));
+    EXPECT_EQ(variants_of(onednn_graph(), b), both) << "region with a 3x3 conv";
+  }
+}
+
+// ------------------------------------------------------------------- onednn/winograd
+
+TEST(OnednnVariants, WinogradConvRandomizedLikeReference) {
+  // Shapes around what oneDNN's Winograd kernels tile (channels not multiples of 16,
+  // spatial sizes not multiples of the 2x2 / 4x4 output tiles), pads 0 and 1, batch 1-2,
+  // with and without bias, Relu, residual sum.
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 10; ++trial) {
+    const int64_t n = pick(rng, 1, 2), c = pick(rng, 1, 40), m = pick(rng, 1, 40),
+                  h = pick(rng, 3, 19), w = pick(rng, 3, 19), pad = pick(rng, 0, 1);
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {n, c, h, w});
+    std::vector<ValueId> in = {x, b.random_constant("w", {m, c, 3, 3}, 0.3f)};
+    if (trial % 3 != 0) in.push_back(b.random_constant("b", {m}));
+    ValueId y = b.add1("Conv", in, {{"pads", attr_ints({pad, pad, pad, pad})}});
+    const Shape ys = b.graph().value(y).shape;
+    if (trial % 4 == 1) y = b.add1("Add", {y, b.input("r", DType::kFloat32, ys)});
+    if (trial % 2 == 0) y = b.add1("Relu", {y});
+    b.output(y);
+    const std::string what =
+        fmt::format("trial {}: n{} c{} m{} {}x{} pad {}", trial, n, c, m, h, w, pad);
+    ASSERT_EQ(variants_of(onednn(), b).back(), "winograd") << what;
+    expect_like_reference(onednn(), b.graph(), "winograd", what);
+  }
+}
+
+TEST(OnednnVariants, WinogradIsAnotherAlgorithmWithinTolerance) {
+  // ResNet-50's 3x3 shapes (stage 2-4 widths at reduced spatial size): Winograd must pass the
+  // tuner's check, and must really be another algorithm (its rounding differs from direct's;
+  // a silent fallback to direct would give bit-equal outputs). The error seen here on
+  // unit-scale random data is ~1e-6 of the output's scale for direct, up to ~1e-5 for
+  // Winograd (docs/DESIGN.md).
+  for (int64_t c : {64, 128, 256}) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, c, 14, 14});
+    b.output(b.add1("Relu", {conv(b, x, c, c, 3)}));
+    Outputs wino = run_variant(onednn(), b.graph(), "winograd");
+    Outputs direct = run_variant(onednn(), b.graph(), "");
+    EXPECT_EQ(compare_outputs(wino.got, wino.want, Tolerance::backend_vs_reference()), "") << c;
+    EXPECT_LT(scaled_error(wino), 1e-4) << c;
+    bool differs = false;
+    for (int64_t i = 0; i < direct.got[0].numel() && !differs; ++i)
+      differs = direct.got[0].data<float>()[i] != wino.got[0].data<float>()[i];
+    EXPECT_TRUE(differs) << c << " channels: Winograd gave direct's exact outputs";
+  }
+}
+
+TEST(OnednnVariants, RefusesWhatItCannotBuild) {
+  {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 8, 8, 8});
+    b.output(conv(b, x, 8, 8, 3, 2));
+    CompileOptions o = testing::test_options();
+    o.variant = "winograd";
+    EXPECT_THROW(
+        {
+          try {
+            onednn().compile(b.graph(), o);
+          } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+            throw;
+          }
+        },
+        Error)
+        << "Winograd of a stride-2 conv";
+    o.variant = "no-such-variant";
+    try {
+      onednn().compile(b.graph(), o);
+      ADD_FAILURE() << "unknown variant compiled";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    }
+  }
+  {
+    GraphBuilder b;
+    b.output(b.add1("Relu", {b.input("x", DType::kFloat32, {4, 4})}));
+    CompileOptions o = testing::test_options();
+    o.variant = "winograd";
+    try {
+      onednn().compile(b.graph(), o);
+      ADD_FAILURE() << "winograd Relu compiled";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    }
+  }
+}
+
+// ------------------------------------------------------------- onednn-graph regions
+
+// conv3x3 -> relu -> conv3x3 -> add(x) -> relu -> conv1x1 -> relu: a ResNet-like block
+// whose two 3x3 convs (nodes 0 and 2) take Winograd and whose 1x1 (node 5) does not.
+GraphBuilder residual_region(int64_t channels, int64_t size) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, channels, size, size});
+  ValueId y = b.add1("Relu", {conv(b, x, channels, channels, 3)});
+  y = b.add1("Relu", {b.add1("Add", {conv(b, y, channels, channels, 3), x})});
+  b.output(b.add1("Relu", {conv(b, y, channels, channels, 1)}));
+  return b;
+}
+
+TEST(OnednnVariants, RegionWinogradPlainAndComposedLikeReference) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 4; ++trial) {
+    const int64_t c = pick(rng, 8, 48), s = pick(rng, 5, 17);
+    GraphBuilder b = residual_region(c, s);
+    ASSERT_EQ(b.graph().node(0).op_type, "Conv");
+    ASSERT_EQ(b.graph().node(2).op_type, "Conv");
+    const std::string what = fmt::format("{} channels {}x{}", c, s, s);
+    for (const char* variant : {"", "winograd", "winograd@0,1", "winograd@2,3,4", "winograd@0,5"})
+      expect_like_reference(onednn_graph(), b.graph(), variant,
+                            what + ", variant '" + variant + "'");
+  }
+}
+
+TEST(OnednnVariants, RegionComposedVariantReallyChangesTheListedConvs) {
+  // Winograd on node 0 only changes the outputs against direct; listing only the 1x1 conv
+  // (not a Winograd shape) leaves them bit-equal to the default.
+  GraphBuilder b = residual_region(32, 14);
+  auto got = [&](const std::string& v) { return run_variant(onednn_graph(), b.graph(), v).got; };
+  const std::vector<Tensor> direct = got(""), first = got("winograd@0"),
+                            one_by_one = got("winograd@5");
+  auto equal = [](const Tensor& a, const Tensor& c) {
+    return std::equal(a.data<float>(), a.data<float>() + a.numel(), c.data<float>());
+  };
+  EXPECT_FALSE(equal(direct[0], first[0]));
+  EXPECT_TRUE(equal(direct[0], one_by_one[0]));
+}
+
+TEST(OnednnVariants, RegionRefusesUnknownAndMalformedVariants) {
+  GraphBuilder b = residual_region(8, 6);
+  for (const char* variant :
+       {"direct", "winograd@", "winograd@99", "winograd@1,x", "other@1", "winograd@1;fast@2"}) {
+    CompileOptions o = testing::test_options();
+    o.variant = variant;
+    try {
+      onednn_graph().compile(b.graph(), o);
+      ADD_FAILURE() << "compiled variant '" << variant << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << variant << ": " << e.what();
+    }
+  }
+}
+
+// ----------------------------------------------------------------- single-backend runs
+
+TEST(OnednnVariants, SessionBuildsTheNamedVariantWhereOffered) {
+  // `run --backend onednn/winograd`: the 3x3 conv groups are built as winograd, the 1x1 as
+  // the default; the outputs match the reference.
+  GraphBuilder b = residual_region(16, 10);
+  SessionOptions options;
+  options.backend = "onednn/winograd";
+  Session session(b.graph(), options);
+  int winograd = 0, other = 0;
+  for (const PlanGroup& g : session.plan().groups) {
+    EXPECT_EQ(g.backend, "onednn");
+    (g.variant == "winograd" ? winograd : other)++;
+  }
+  EXPECT_EQ(winograd, 2);
+  EXPECT_EQ(other, 1);
+  std::vector<Tensor> inputs = random_inputs(b.graph(), 2);
+  Session reference(b.graph(), SessionOptions{});
+  EXPECT_EQ(compare_outputs(session.run(inputs), reference.run(inputs),
+                            Tolerance::backend_vs_reference()),
+            "");
+
+  options.backend = "onednn-graph/winograd";
+  Session region(b.graph(), options);
+  ASSERT_EQ(region.plan().groups.size(), 1u);
+  EXPECT_EQ(region.plan().groups[0].variant, "winograd");
+}
+
+TEST(OnednnVariants, PlanKeepsComposedVariantsThroughJson) {
+  // A plan naming a composed region variant is written, read back and run as written: the
+  // session's own plan reports the same variant, and the outputs are right.
+  GraphBuilder b = residual_region(16, 10);
+  SessionOptions options;
+  options.backend = "onednn-graph";
+  Plan plan = Session(b.graph(), options).plan();
+  ASSERT_EQ(plan.groups.size(), 1u);
+  plan.groups[0].variant = "winograd@2,3,4";
+  const Plan loaded = Plan::from_json(plan.to_json());
+  ASSERT_EQ(loaded.groups[0].variant, "winograd@2,3,4");
+  Session session(b.graph(), loaded, SessionOptions{});
+  EXPECT_EQ(session.plan().groups[0].variant, "winograd@2,3,4");
+  std::vector<Tensor> inputs = random_inputs(b.graph(), 6);
+  Session reference(b.graph(), SessionOptions{});
+  EXPECT_EQ(compare_outputs(session.run(inputs), reference.run(inputs),
+                            Tolerance::backend_vs_reference()),
+            "");
+  // `collage show` names the variant in its table and its picture.
+  const std::string table = placement_table(b.graph(), loaded);
+  EXPECT_NE(table.find("onednn-graph/winograd(3 nodes)"), std::string::npos) << table;
+  EXPECT_NE(placement_to_dot(b.graph(), loaded).find("onednn-graph/winograd(3 nodes)"),
+            std::string::npos);
+  // A variant the backend does not build is refused when the plan is loaded, not run wrong.
+  Plan bad = loaded;
+  bad.groups[0].variant = "winograd@99";
+  try {
+    Session s(b.graph(), bad, SessionOptions{});
+    ADD_FAILURE() << "a plan with a bad variant loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << e.what();
+  }
+}
+
+// ------------------------------------------------------------ 1x1 conv + depthwise conv
+
+ValueId relu6(GraphBuilder& b, ValueId v) {
+  return b.add1(
+      "Clip", {v, b.constant("lo", Tensor::scalar(0.0f)), b.constant("hi", Tensor::scalar(6.0f))});
+}
+
+// A MobileNetV2 inverted-residual front: 1x1 expand (+ tail) -> 3x3 depthwise (+ tail).
+// `tail` 0: none, 1: Relu, 2: Clip(0, 6) (ReLU6), 3: channel-bias Add then ReLU6.
+GraphBuilder expand_dw(int64_t n, int64_t c, int64_t m, int64_t h, int64_t w, int64_t stride,
+                       int tail_before, int tail_after, bool bias) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {n, c, h, w});
+  auto tail = [&](ValueId v, int kind) {
+    if (kind == 3) v = b.add1("Add", {v, b.random_constant("cb", {m, 1, 1})});
+    if (kind == 1) v = b.add1("Relu", {v});
+    if (kind >= 2) v = relu6(b, v);
+    return v;
+  };
+  std::vector<ValueId> in = {x, b.random_constant("w1", {m, c, 1, 1}, 0.4f)};
+  if (bias) in.push_back(b.random_constant("b1", {m}));
+  ValueId y = tail(b.add1("Conv", in), tail_before);
+  std::vector<ValueId> dw_in = {y, b.random_constant("wd", {m, 1, 3, 3}, 0.4f)};
+  if (bias) dw_in.push_back(b.random_constant("bd", {m}));
+  y = b.add1("Conv", dw_in,
+             {{"group", attr_i(m)},
+              {"strides", attr_ints({stride, stride})},
+              {"pads", attr_ints({1, 1, 1, 1})}});
+  b.output(tail(y, tail_after));
+  return b;
+}
+
+bool proposes_whole(const Backend& backend, const Graph& g) {
+  std::vector<NodeId> all(g.num_nodes());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<NodeId>(i);
+  for (const Match& m : find_matches(g, backend))
+    if (m.nodes == all) return true;
+  return false;
+}
+
+TEST(OnednnConvDepthwise, RandomizedLikeReferenceOrRefusedHonestly) {
+  std::mt19937 rng(29);
+  int compiled = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const int64_t n = pick(rng, 1, 2), c = pick(rng, 1, 40), m = pick(rng, 1, 64),
+                  h = pick(rng, 3, 20), w = pick(rng, 3, 20), stride = pick(rng, 1, 2);
+    // No Relu before and ReLU6 after: oneDNN 2.6 would evaluate both with the first's
+    // parameters (a different alg is fine, the same alg twice must match).
+    const int before = trial % 4, after = (trial / 4) % 3;
+    GraphBuilder b = expand_dw(n, c, m, h, w, stride, before, after, trial % 3 != 0);
+    const std::string what = fmt::format("trial {}: n{} c{} m{} {}x{} stride {} tails {}/{}", trial,
+                                         n, c, m, h, w, stride, before, after);
+    ASSERT_TRUE(proposes_whole(onednn(), b.graph())) << what;
+    try {
+      Outputs o = run_variant(onednn(), b.graph(), "");
+      ++compiled;
+      EXPECT_EQ(compare_outputs(o.got, o.want, Tolerance::backend_vs_reference()), "") << what;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << what << ": " << e.what();
+      ADD_FAILURE() << what << ": refused: " << e.what();
+    }
+  }
+  EXPECT_EQ(compiled, 12);
+}
+
+TEST(OnednnConvDepthwise, MobileNetV2ShapesLikeReference) {
+  // MobileNetV2's expansions at 224 (ref_fused_convolution of two jit primitives here) and a
+  // large intermediate oneDNN fuses in one jit 1x1 kernel (16 -> 192 at 112x112).
+  struct Case {
+    int64_t c, m, hw, stride;
+  };
+  for (Case k : {Case{24, 144, 56, 1}, Case{24, 144, 56, 2}, Case{96, 576, 14, 1},
+                 Case{160, 960, 7, 1}, Case{16, 192, 112, 1}}) {
+    GraphBuilder b = expand_dw(1, k.c, k.m, k.hw, k.hw, k.stride, 2, 2, true);
+    expect_like_reference(onednn(), b.graph(), "",
+                          fmt::format("{} -> {} at {} stride {}", k.c, k.m, k.hw, k.stride));
+  }
+}
+
+TEST(OnednnConvDepthwise, InsideRegionsLikeReference) {
+  // onednn-graph regions run a 1x1 conv, its tail and the depthwise conv as one primitive:
+  // whole inverted-residual blocks (expand, depthwise, project, residual Add) on randomized
+  // shapes, and a depthwise conv whose tail the fused primitive cannot take (a residual Add
+  // of the block input right after it): the region then splits the group, still correct.
+  std::mt19937 rng(31);
+  for (int trial = 0; trial < 6; ++trial) {
+    const int64_t c = pick(rng, 4, 32), m = pick(rng, 8, 96), s = pick(rng, 5, 24),
+                  stride = trial % 3 == 2 ? 2 : 1;
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, c, s, s});
+    ValueId y = relu6(b, b.add1("Conv", {x, b.random_constant("w1", {m, c, 1, 1}, 0.4f),
+                                         b.random_constant("b1", {m})}));
+    y = relu6(b,
+              b.add1("Conv",
+                     {y, b.random_constant("wd", {m, 1, 3, 3}, 0.4f), b.random_constant("bd", {m})},
+                     {{"group", attr_i(m)},
+                      {"strides", attr_ints({stride, stride})},
+                      {"pads", attr_ints({1, 1, 1, 1})}}));
+    y = b.add1("Conv", {y, b.random_constant("w2", {c, m, 1, 1}, 0.4f)});
+    if (stride == 1) y = b.add1("Add", {y, x});
+    b.output(y);
+    expect_like_reference(
+        onednn_graph(), b.graph(), "",
+        fmt::format("block {}: c{} m{} {}x{} stride {}", trial, c, m, s, s, stride));
+  }
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 16, 9, 9});
+  ValueId y = b.add1("Conv", {x, b.random_constant("w1", {16, 16, 1, 1}, 0.4f)});
+  y = b.add1("Conv", {y, b.random_constant("wd", {16, 1, 3, 3}, 0.4f)},
+             {{"group", attr_i(16)}, {"pads", attr_ints({1, 1, 1, 1})}});
+  b.output(b.add1("Relu", {b.add1("Add", {y, x})}));
+  expect_like_reference(onednn_graph(), b.graph(), "", "depthwise + residual Add in a region");
+}
+
+TEST(OnednnConvDepthwise, ProposesOnlyTheLegalChains) {
+  // expand 1x1 -> ReLU6 -> dw 3x3 -> ReLU6 -> project 1x1: the fusion covers the first four
+  // nodes (with and without the last ReLU6), never the projection.
+  GraphBuilder b = expand_dw(1, 8, 32, 10, 10, 1, 2, 2, true);
+  Graph g = b.graph();
+  std::set<std::vector<NodeId>> fused;
+  for (const Match& m : find_matches(g, onednn()))
+    if (std::count_if(m.nodes.begin(), m.nodes.end(),
+                      [&](NodeId n) { return g.node(n).op_type == "Conv"; }) == 2)
+      fused.insert(m.nodes);
+  EXPECT_EQ(fused, (std::set<std::vector<NodeId>>{{0, 1, 2}, {0, 1, 2, 3}}));
+
+  // Not a depthwise post-op: pads 0, a 5x5 window, stride 3, a 3x3 head, a head read twice.
+  auto with_dw = [](int64_t k, int64_t pad, int64_t stride) {
+    GraphBuilder d;
+    ValueId x = d.input("x", DType::kFloat32, {1, 8, 12, 12});
+    ValueId y = d.add1("Conv", {x, d.random_constant("w1", {16, 8, 1, 1})});
+    d.output(d.add1("Conv", {y, d.random_constant("wd", {16, 1, k, k})},
+                    {{"group", attr_i(16)},
+                     {"strides", attr_ints({stride, stride})},
+                     {"pads", attr_ints({pad, pad, pad, pad})}}));
+    return d;
+  };
+  for (auto [k, pad, stride] : {std::tuple{3, 0, 1}, std::tuple{5, 2, 1}, std::tuple{3, 1, 3}}) {
+    GraphBuilder d = with_dw(k, pad, stride);
+    EXPECT_FALSE(proposes_whole(onednn(), d.graph())) << k << " " << pad << " " << stride;
+    testing::expect_unsupported(onednn(), d.graph(), "dw that append_dw can't take");
+  }
+  GraphBuilder twice;
+  ValueId x = twice.input("x", DType::kFloat32, {1, 8, 6, 6});
+  ValueId y = twice.add1("Conv", {x, twice.random_constant("w1", {8, 8, 1, 1})});
+  ValueId z = twice.add1("Conv", {y, twice.random_constant("wd", {8, 1, 3, 3})},
+                         {{"group", attr_i(8)}, {"pads", attr_ints({1, 1, 1, 1})}});
+  twice.output(twice.add1("Add", {y, z}));
+  for (const Match& m : find_matches(twice.graph(), onednn()))
+    EXPECT_FALSE(m.nodes.size() >= 2 && m.nodes[0] == 0 && m.nodes[1] == 1)
+        << "the 1x1's output is read outside the fusion";
+}
+
+}  // namespace
+}  // namespace collage
