@@ -14,6 +14,7 @@
 #include "backends/halide/halide_math.h"
 #include "collage/error.h"
 #include "collage/op_registry.h"
+#include "ops/tensor_util.h"
 
 namespace collage::halide_backend {
 namespace {
@@ -678,8 +679,8 @@ class Lowerer {
         return at(x, src);
       }));
     } else if (op == "Slice") {
-      std::vector<int64_t> start, step;
-      slice_spec(n, in, out, &start, &step);
+      const ops::SliceWindow w = ops::slice_window(g_, n);
+      const std::vector<int64_t>&start = w.start, &step = w.step;
       results.push_back(define(name, out, [&](const Index& i) {
         Index src;
         for (size_t d = 0; d < in.size(); ++d)
@@ -749,32 +750,6 @@ class Lowerer {
       stride *= in[d];
     }
     return at(x, src);
-  }
-
-  // The reference's slice rule: per input dim, first element and step.
-  void slice_spec(const Node& n, const Shape& in, const Shape& out, std::vector<int64_t>* start,
-                  std::vector<int64_t>* step) {
-    auto param = [&](size_t input, const char* attr) -> std::vector<int64_t> {
-      if (g_.opset < 10 || n.input(1) == kNoValue) return n.attr_ints(attr);
-      if (n.input(input) == kNoValue) return {};
-      return int_values(g_, n.input(input));
-    };
-    std::vector<int64_t> starts = param(1, "starts"), axes = param(3, "axes"),
-                         steps = param(4, "steps");
-    if (axes.empty())
-      for (size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<int64_t>(k));
-    if (steps.empty()) steps.assign(starts.size(), 1);
-    const int64_t rank = static_cast<int64_t>(in.size());
-    start->assign(rank, 0);
-    step->assign(rank, 1);
-    for (size_t k = 0; k < starts.size(); ++k) {
-      int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
-      int64_t d = in[a], s = steps[k];
-      int64_t b = starts[k] < 0 ? starts[k] + d : starts[k];
-      b = s > 0 ? std::clamp<int64_t>(b, 0, d) : std::clamp<int64_t>(b, 0, d - 1);
-      (*start)[a] = out[a] ? b : 0;
-      (*step)[a] = s;
-    }
   }
 
   // ------------------------------------------------------------------------ schedule

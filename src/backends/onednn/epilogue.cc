@@ -202,9 +202,65 @@ std::optional<std::vector<PostOp>> node_post_ops(const Graph& g, const Node& nod
   return unary_post_ops(g, node);
 }
 
+namespace {
+
+// The tanh-approximated GELU GPT-2 exports ("gelu_new"): 0.5x * (1 + tanh(sqrt(2/pi) *
+// (x + 0.044715 x^3))) as Mul(x, 0.5), Pow(x, 3), Mul(., 0.044715), Add(x, .),
+// Mul(., sqrt(2/pi)), Tanh, Add(., 1), Mul(half_x, .): x has exactly those three readers.
+std::optional<TailStep> match_gelu_tanh(const Graph& g, const Consumers& consumers, ValueId x) {
+  const std::vector<NodeId>& readers = consumers[x];
+  if (readers.size() != 3) return std::nullopt;
+  NodeId half = -1, cube = -1, sum = -1;
+  for (NodeId r : readers) {
+    const Node& n = g.node(r);
+    if (!n.domain.empty() || !single_output(n)) return std::nullopt;
+    std::optional<ValueId> o = other_input(n, x);
+    if (!o) return std::nullopt;
+    if (n.op_type == "Mul" && near(scalar_constant(g, *o), 0.5))
+      half = r;
+    else if (n.op_type == "Pow" && n.input(0) == x && near(scalar_constant(g, *o), 3.0))
+      cube = r;
+    else if (n.op_type == "Add")
+      sum = r;
+  }
+  if (half < 0 || cube < 0 || sum < 0) return std::nullopt;
+  NodeId scaled_id, inner_id, tanh_id, one_id, out_id;
+  const Node* scaled = sole_reader(g, consumers, g.node(cube).outputs[0], "Mul", &scaled_id);
+  if (!scaled) return std::nullopt;
+  std::optional<ValueId> c = other_input(*scaled, g.node(cube).outputs[0]);
+  const std::optional<ValueId> added = other_input(g.node(sum), x);
+  if (!c || !near(scalar_constant(g, *c), 0.044715) || !added || *added != scaled->outputs[0] ||
+      !interior(g, consumers, scaled->outputs[0], sum))
+    return std::nullopt;
+  const Node* inner = sole_reader(g, consumers, g.node(sum).outputs[0], "Mul", &inner_id);
+  if (!inner) return std::nullopt;
+  c = other_input(*inner, g.node(sum).outputs[0]);
+  if (!c || !near(scalar_constant(g, *c), std::sqrt(2.0 / M_PI))) return std::nullopt;
+  const Node* t = sole_reader(g, consumers, inner->outputs[0], "Tanh", &tanh_id);
+  if (!t) return std::nullopt;
+  const Node* one = sole_reader(g, consumers, t->outputs[0], "Add", &one_id);
+  if (!one) return std::nullopt;
+  c = other_input(*one, t->outputs[0]);
+  if (!c || !near(scalar_constant(g, *c), 1.0)) return std::nullopt;
+  const Node* out = sole_reader(g, consumers, one->outputs[0], "Mul", &out_id);
+  if (!out) return std::nullopt;
+  const std::optional<ValueId> h = other_input(*out, one->outputs[0]);
+  if (!h || *h != g.node(half).outputs[0] || !interior(g, consumers, *h, out_id))
+    return std::nullopt;
+  if (!is_f32(g, out->outputs[0]) || g.value(out->outputs[0]).shape != g.value(x).shape)
+    return std::nullopt;
+  std::vector<NodeId> nodes = {half, cube, sum, scaled_id, inner_id, tanh_id, one_id, out_id};
+  std::sort(nodes.begin(), nodes.end());
+  return TailStep{nodes, out->outputs[0], {eltwise(alg::eltwise_gelu_tanh)}};
+}
+
+}  // namespace
+
 std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, ValueId x,
                                    bool whole_reader) {
   if (!is_f32(g, x)) return std::nullopt;
+  // Both forms read x from every node that reads it: whole_reader holds by construction.
+  if (std::optional<TailStep> t = match_gelu_tanh(g, consumers, x)) return t;
   const std::vector<NodeId>& readers = consumers[x];
   for (NodeId s_id : readers) {
     // x / sqrt(2) (or x * 1/sqrt(2)) -> Erf -> + 1.
@@ -264,7 +320,7 @@ std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumer
     if (!ops) return std::nullopt;
     return TailStep{{readers[0]}, g.node(readers[0]).outputs[0], std::move(*ops)};
   }
-  if (readers.size() == 2) return match_gelu(g, consumers, cur, true);
+  if (readers.size() == 2 || readers.size() == 3) return match_gelu(g, consumers, cur, true);
   return std::nullopt;
 }
 

@@ -37,7 +37,8 @@ using Consumers = std::vector<std::vector<NodeId>>;
 // post-ops and keeps the shape of `cur`.
 std::optional<std::vector<PostOp>> node_post_ops(const Graph& g, const Node& node, ValueId cur);
 
-// An exported erf-GELU reading `x`: its five nodes and output. With `whole_reader`, every
+// An exported GELU reading `x`: the erf form's five nodes (x * 0.5 * (1 + Erf(x / sqrt 2)))
+// or the tanh form's eight (GPT-2's gelu_new), and its output. With `whole_reader`, every
 // reader of x must be in it (x is an interior value of a fused kernel).
 std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, ValueId x,
                                    bool whole_reader);

@@ -3,6 +3,7 @@
 // work (primitive creation, weight packing) and the fusion of tails.
 #include <algorithm>
 
+#include "backends/onednn/attention.h"
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
@@ -94,7 +95,14 @@ class OnednnBackend : public Backend {
         "bounds, GELU, Add/Sub/Mul/Div/Max/Min with a constant or another tensor)",
         kMaxTail);
     rule.generate = grow_tails;
-    return {rule};
+    FusionRule attention;
+    attention.name = "attention";
+    attention.description =
+        "softmax(scale * Q.K^T [+ mask | Where mask]) . V as one kernel, with or without the "
+        "heads' Reshape/Transpose/Split/Slice views, the merge of heads, and the q/k/v "
+        "projections (one GEMM, weights concatenated)";
+    attention.generate = attention_matches;
+    return {rule, attention};
   }
 
   std::unique_ptr<Kernel> compile(const Graph& subgraph, const CompileOptions& options) override {
@@ -106,6 +114,7 @@ class OnednnBackend : public Backend {
       fail(ErrorKind::kUnsupported, "onednn: op {}.{}", first.domain, first.op_type);
     const std::string& t = first.op_type;
     try {
+      if (is_attention(subgraph)) return compile_attention(subgraph, options.threads);
       if (t == "Conv" || t == "ConvTranspose") return compile_conv(subgraph);
       if (t == "MatMul" || t == "Gemm") return compile_matmul(subgraph);
       if (t == "MaxPool" || t == "AveragePool" || t == "GlobalMaxPool" || t == "GlobalAveragePool")
