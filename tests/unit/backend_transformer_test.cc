@@ -447,6 +447,38 @@ TEST(TransformerOnednn, MatMulBiasGeluTanh) {
   }
 }
 
+// GPT-2's Conv1D: Gemm on [S, in], Reshape back to [1, S, out], then the GELU or the
+// residual Add: one matmul kernel, the reshape a no-op on its plain output.
+TEST(TransformerOnednn, GemmTailsThroughAReshape) {
+  for (int64_t seq : {1, 9, 32}) {
+    GraphBuilder b(13);
+    ValueId x = b.input("x", DType::kFloat32, {seq, 40});
+    ValueId r = b.input("residual", DType::kFloat32, {1, seq, 24});
+    ValueId y = b.add1(
+        "Gemm", {x, b.random_constant("w", {40, 24}, 0.3f), b.random_constant("b", {24}, 0.1f)});
+    y = b.add1("Reshape", {y, b.constant("s", Tensor::from_vector<int64_t>({3}, {1, seq, 24}))});
+    y = b.add1("Add", {y, r});
+    y = b.add1("Mul", {y, b.random_constant("scale", {24})});  // per last dim, kept by the reshape
+    b.output(b.add1("Relu", {y}));
+    const Graph g = b.finish();
+    std::vector<NodeId> all(g.num_nodes());
+    std::iota(all.begin(), all.end(), 0);
+    bool whole = false;
+    for (const Match& m : find_matches(g, onednn())) whole |= m.nodes == all;
+    EXPECT_TRUE(whole) << "Gemm + Reshape + Add + Mul + Relu as one kernel";
+    expect_matches_reference(onednn(), g, fmt::format("Gemm, Reshape, residual, seq {}", seq));
+  }
+  // A per-column operand of a reshape that changes the last dim has no place in the
+  // Gemm's output: refused.
+  GraphBuilder b(13);
+  ValueId x = b.input("x", DType::kFloat32, {6, 8});
+  ValueId y = b.add1("Gemm", {x, b.random_constant("w", {8, 12})});
+  y = b.add1("Reshape", {y, b.constant("s", Tensor::from_vector<int64_t>({2}, {12, 6}))});
+  b.output(b.add1("Add", {y, b.random_constant("c", {6})}));
+  testing::expect_unsupported(onednn(), b.graph(), "a column operand across a reshape",
+                              "after a reshape");
+}
+
 // Reading head splits in place rests on this: a reshape of a strided view needs no copy
 // exactly when each merged or split group of dims is contiguous.
 TEST(TransformerOnednn, ReshapeViewFollowsNumpysNoCopyRule) {

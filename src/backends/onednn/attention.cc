@@ -75,6 +75,11 @@ using Allowed = std::function<bool(NodeId)>;
 // Score rows per task: a tile of this many bytes stays in L2 between the two products and
 // the softmax (64 KiB: one 128-token BERT head, a quarter of this machine's L2).
 constexpr int64_t kTileBytes = 64 * 1024;
+// Below this many flops the kernel runs on the calling thread alone: a fork/join of the
+// OpenMP team costs more than it saves. Measured on the tiny zoo models (2 heads of 32
+// tokens, 0.5 MFLOP): 8-25 us on one thread, 230-460 us when two threads met at the
+// barrier on the loaded 2-core machine. BERT-base's 50 MFLOP per layer runs in parallel.
+constexpr double kParallelFlops = 4e6;
 
 bool f32(const Graph& g, ValueId v) {
   return v != kNoValue && g.value(v).dtype == DType::kFloat32;
@@ -758,9 +763,12 @@ class AttentionKernel : public Kernel {
         projection_out_(projection_out) {
     // Tiles: as many query rows as fit kTileBytes, split evenly, and at least two tasks
     // per thread when the rows allow it (balance).
+    const double flops =
+        2.0 * static_cast<double>(c_.batches * c_.sq * c_.sk) * static_cast<double>(c_.d + c_.dv);
+    parallel_ = c_.threads > 1 && flops >= kParallelFlops;
     int64_t chunks = std::max<int64_t>(
         1, (c_.sq * c_.sk * 4 + kTileBytes - 1) / std::max<int64_t>(kTileBytes, 1));
-    if (c_.batches * chunks < 2 * c_.threads)
+    if (parallel_ && c_.batches * chunks < 2 * c_.threads)
       chunks = std::max(chunks, (2 * c_.threads + c_.batches - 1) / c_.batches);
     chunks = std::min(chunks, c_.sq);
     rows_ = (c_.sq + chunks - 1) / chunks;
@@ -789,7 +797,7 @@ class AttentionKernel : public Kernel {
     base_ = base.data();
     out_ = static_cast<float*>(outputs[0].raw());
     const int64_t tasks = c_.batches * chunks_;
-    if (c_.threads <= 1 || tasks == 1) {
+    if (!parallel_ || tasks == 1) {
       for (int64_t t = 0; t < tasks; ++t) task(t, tiles_);
       return;
     }
@@ -878,6 +886,7 @@ class AttentionKernel : public Kernel {
   std::unique_ptr<Program> projection_;
   float* projection_out_ = nullptr;
   int64_t rows_ = 1, chunks_ = 1, tile_floats_ = 0;
+  bool parallel_ = false;
   float* tiles_ = nullptr;
   // Set by run() for its tasks.
   std::span<const Tensor> inputs_;

@@ -312,9 +312,21 @@ std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, V
   return std::nullopt;
 }
 
-std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumers, ValueId cur) {
+std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumers, ValueId cur,
+                                       bool through_reshape) {
   if (is_graph_output(g, cur)) return std::nullopt;
   const std::vector<NodeId>& readers = consumers[cur];
+  if (readers.size() == 1 && through_reshape) {
+    const Node& n = g.node(readers[0]);
+    const std::string& t = n.op_type;
+    if (n.domain.empty() && single_output(n) && n.input(0) == cur &&
+        (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze") &&
+        is_f32(g, n.outputs[0])) {
+      TailStep step{{readers[0]}, n.outputs[0], {}};
+      step.reshape = true;
+      return step;
+    }
+  }
   if (readers.size() == 1) {
     std::optional<std::vector<PostOp>> ops = node_post_ops(g, g.node(readers[0]), cur);
     if (!ops) return std::nullopt;
@@ -324,11 +336,36 @@ std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumer
   return std::nullopt;
 }
 
-Tail parse_tail(const Graph& subgraph, ValueId cur, std::vector<bool> covered) {
+namespace {
+
+// A post-op operand shaped for the value after a reshape `from` -> `to`, shaped for the
+// value before it instead (both row-major: the same element order).
+std::optional<Shape> operand_before_reshape(const Shape& operand, const Shape& before,
+                                            const Shape& after) {
+  if (shape_numel(operand) == 1) return Shape(before.size(), 1);
+  if (operand == after) return before;
+  bool last_only = !after.empty() && !before.empty() && operand.back() == after.back() &&
+                   after.back() == before.back();
+  for (size_t i = 0; i + 1 < operand.size(); ++i) last_only &= operand[i] == 1;
+  if (last_only) {
+    Shape s(before.size(), 1);
+    s.back() = before.back();
+    return s;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Tail parse_tail(const Graph& subgraph, ValueId cur, std::vector<bool> covered,
+                bool through_reshape) {
   const Consumers consumers = subgraph.consumers();
   Tail tail;
+  // The shapes each reshape step went between, in order: later operands are mapped back
+  // through them to the head's output shape.
+  std::vector<std::pair<Shape, Shape>> reshapes;
   while (std::find(covered.begin(), covered.end(), false) != covered.end()) {
-    std::optional<TailStep> step = next_tail_step(subgraph, consumers, cur);
+    std::optional<TailStep> step = next_tail_step(subgraph, consumers, cur, through_reshape);
     if (!step)
       fail(ErrorKind::kUnsupported,
            "onednn: the nodes after '{}' are not an elementwise tail it can fuse (or '{}' is "
@@ -338,7 +375,20 @@ Tail parse_tail(const Graph& subgraph, ValueId cur, std::vector<bool> covered) {
       if (covered[n]) fail(ErrorKind::kUnsupported, "onednn: tail revisits a node");
       covered[n] = true;
     }
-    tail.ops.insert(tail.ops.end(), step->ops.begin(), step->ops.end());
+    if (step->reshape)
+      reshapes.emplace_back(subgraph.value(cur).shape, subgraph.value(step->out).shape);
+    for (PostOp op : step->ops) {
+      if (op.kind == PostOp::Kind::kBinary)
+        for (size_t r = reshapes.size(); r-- > 0;) {
+          std::optional<Shape> s =
+              operand_before_reshape(op.operand_shape, reshapes[r].first, reshapes[r].second);
+          if (!s)
+            fail(ErrorKind::kUnsupported, "onednn: operand {} after a reshape in the tail",
+                 shape_to_string(op.operand_shape));
+          op.operand_shape = *s;
+        }
+      tail.ops.push_back(std::move(op));
+    }
     cur = step->out;
   }
   if (subgraph.outputs != std::vector<ValueId>{cur})

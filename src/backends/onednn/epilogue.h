@@ -29,6 +29,7 @@ struct TailStep {
   std::vector<NodeId> nodes;
   ValueId out = kNoValue;
   std::vector<PostOp> ops;
+  bool reshape = false;  // a Reshape/Flatten/Squeeze/Unsqueeze: no op, the same data
 };
 
 using Consumers = std::vector<std::vector<NodeId>>;
@@ -45,7 +46,12 @@ std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, V
 
 // The step that reads `cur` next in a tail: all of cur's readers must be in it, so cur
 // need not be materialised. Stops (nullopt) at graph outputs.
-std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumers, ValueId cur);
+// With `through_reshape`, a sole reader that only reshapes (row-major data unchanged) is a
+// step too: GPT-2's Conv1D is Gemm then Reshape back to [1, S, N] before its GELU or
+// residual Add. MatMul/Gemm heads take it (their dst is plain); the onednn-graph regions,
+// whose groups may be blocked, do not.
+std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumers, ValueId cur,
+                                       bool through_reshape = false);
 
 // Parses every node of `subgraph` not yet in `covered` as a tail reading `cur`, in steps;
 // throws kUnsupported when some node does not fit or an interior value is an output.
@@ -54,7 +60,11 @@ struct Tail {
   std::vector<PostOp> ops;
   ValueId out = kNoValue;
 };
-Tail parse_tail(const Graph& subgraph, ValueId cur, std::vector<bool> covered);
+// With `through_reshape` (see next_tail_step), post-op operands after a reshape are mapped
+// back to the head's output shape: scalars, full-size tensors, and per-last-dim vectors
+// when the reshape keeps the last dim; others are kUnsupported.
+Tail parse_tail(const Graph& subgraph, ValueId cur, std::vector<bool> covered,
+                bool through_reshape = false);
 
 // Post-ops ready for a primitive: built against the primitive's dst dims.
 struct BoundPostOps {

@@ -58,9 +58,9 @@ bool elementwise_head(const Graph& g, const Node& n, ValueId* x) {
 std::vector<Match> grow_tails(const Graph& g) {
   const Consumers consumers = g.consumers();
   std::vector<Match> out;
-  auto grow = [&](std::vector<NodeId> region, ValueId cur) {
+  auto grow = [&](std::vector<NodeId> region, ValueId cur, bool through_reshape = false) {
     for (int k = 0; k < kMaxTail; ++k) {
-      std::optional<TailStep> step = next_tail_step(g, consumers, cur);
+      std::optional<TailStep> step = next_tail_step(g, consumers, cur, through_reshape);
       if (!step) break;
       region.insert(region.end(), step->nodes.begin(), step->nodes.end());
       cur = step->out;
@@ -70,7 +70,7 @@ std::vector<Match> grow_tails(const Graph& g) {
   for (size_t h = 0; h < g.num_nodes(); ++h) {
     const Node& n = g.node(static_cast<NodeId>(h));
     if (primitive_head(g, n) || elementwise_head(g, n))
-      grow({static_cast<NodeId>(h)}, n.outputs[0]);
+      grow({static_cast<NodeId>(h)}, n.outputs[0], n.op_type == "MatMul" || n.op_type == "Gemm");
   }
   for (size_t v = 0; v < g.num_values(); ++v) {
     std::optional<TailStep> gelu = match_gelu(g, consumers, static_cast<ValueId>(v), false);

@@ -105,7 +105,7 @@ void emit_matmul(const Graph& sub, ValueMemories& values) {
 
   std::vector<bool> covered(sub.num_nodes(), false);
   covered[0] = true;
-  Tail tail = parse_tail(sub, y, covered);
+  Tail tail = parse_tail(sub, y, covered, /*through_reshape=*/true);
 
   MatmulShape m;
   dnnl::memory::desc a_view, b_view;
