@@ -468,6 +468,23 @@ TEST(TransformerOnednn, GemmTailsThroughAReshape) {
     EXPECT_TRUE(whole) << "Gemm + Reshape + Add + Mul + Relu as one kernel";
     expect_matches_reference(onednn(), g, fmt::format("Gemm, Reshape, residual, seq {}", seq));
   }
+  // ViT's out_proj: Gemm, Reshape to [S, 1, E], Transpose to [1, S, E] (moves a size-1
+  // dim only), residual Add.
+  {
+    GraphBuilder b(17);
+    ValueId x = b.input("x", DType::kFloat32, {5, 16});
+    ValueId r = b.input("residual", DType::kFloat32, {1, 5, 16});
+    ValueId y =
+        b.add1("Gemm", {x, b.random_constant("w", {16, 16}, 0.3f)}, {{"transB", attr_i(1)}});
+    y = b.add1("Reshape", {y, b.constant("s", Tensor::from_vector<int64_t>({3}, {5, 1, 16}))});
+    y = b.add1("Transpose", {y}, {{"perm", attr_ints({1, 0, 2})}});
+    b.output(b.add1("Add", {y, r}));
+    bool whole = false;
+    for (const Match& m : find_matches(b.graph(), onednn()))
+      whole |= m.nodes == std::vector<NodeId>{0, 1, 2, 3};
+    EXPECT_TRUE(whole) << "Gemm + Reshape + Transpose + Add as one kernel";
+    expect_matches_reference(onednn(), b.graph(), "Gemm, Reshape, unit Transpose, residual");
+  }
   // A per-column operand of a reshape that changes the last dim has no place in the
   // Gemm's output: refused.
   GraphBuilder b(13);

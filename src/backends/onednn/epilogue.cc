@@ -312,6 +312,26 @@ std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, V
   return std::nullopt;
 }
 
+namespace {
+
+// A Transpose that keeps the order of the dims larger than 1 (ViT's [S, 1, E] <-> [1, S, E])
+// moves no data: a reshape.
+bool moves_only_unit_dims(const Shape& in, const Node& transpose) {
+  std::vector<int64_t> perm = transpose.attr_ints("perm");
+  if (perm.empty())
+    for (size_t d = 0; d < in.size(); ++d) perm.push_back(static_cast<int64_t>(in.size() - 1 - d));
+  int64_t last = -1;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(in.size())) return false;
+    if (in[p] == 1) continue;
+    if (p < last) return false;
+    last = p;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumers, ValueId cur,
                                        bool through_reshape) {
   if (is_graph_output(g, cur)) return std::nullopt;
@@ -320,7 +340,8 @@ std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumer
     const Node& n = g.node(readers[0]);
     const std::string& t = n.op_type;
     if (n.domain.empty() && single_output(n) && n.input(0) == cur &&
-        (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze") &&
+        (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze" ||
+         (t == "Transpose" && moves_only_unit_dims(g.value(cur).shape, n))) &&
         is_f32(g, n.outputs[0])) {
       TailStep step{{readers[0]}, n.outputs[0], {}};
       step.reshape = true;

@@ -46,7 +46,8 @@ std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, V
 
 // The step that reads `cur` next in a tail: all of cur's readers must be in it, so cur
 // need not be materialised. Stops (nullopt) at graph outputs.
-// With `through_reshape`, a sole reader that only reshapes (row-major data unchanged) is a
+// With `through_reshape`, a sole reader that only reshapes (row-major data unchanged: a
+// Reshape, Flatten, Squeeze, Unsqueeze, or a Transpose moving only size-1 dims) is a
 // step too: GPT-2's Conv1D is Gemm then Reshape back to [1, S, N] before its GELU or
 // residual Add. MatMul/Gemm heads take it (their dst is plain); the onednn-graph regions,
 // whose groups may be blocked, do not.
