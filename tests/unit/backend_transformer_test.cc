@@ -468,6 +468,22 @@ TEST(TransformerOnednn, GemmTailsThroughAReshape) {
     EXPECT_TRUE(whole) << "Gemm + Reshape + Add + Mul + Relu as one kernel";
     expect_matches_reference(onednn(), g, fmt::format("Gemm, Reshape, residual, seq {}", seq));
   }
+  // The whole Conv1D: Reshape to 2-D, Gemm, Reshape back, GELU.
+  for (int64_t seq : {3, 32}) {
+    GraphBuilder b(13);
+    ValueId x = b.input("x", DType::kFloat32, {1, seq, 24});
+    ValueId flat =
+        b.add1("Reshape", {x, b.constant("f", Tensor::from_vector<int64_t>({2}, {-1, 24}))});
+    ValueId y = b.add1(
+        "Gemm", {flat, b.random_constant("w", {24, 40}, 0.3f), b.random_constant("b", {40}, 0.1f)});
+    y = b.add1("Reshape", {y, b.constant("s", Tensor::from_vector<int64_t>({3}, {1, seq, 40}))});
+    b.output(b.add1("Tanh", {y}));
+    bool whole = false;
+    for (const Match& m : find_matches(b.graph(), onednn()))
+      whole |= m.nodes == std::vector<NodeId>{0, 1, 2, 3};
+    EXPECT_TRUE(whole) << "Reshape + Gemm + Reshape + Tanh as one kernel";
+    expect_matches_reference(onednn(), b.graph(), fmt::format("Conv1D, seq {}", seq));
+  }
   // ViT's out_proj: Gemm, Reshape to [S, 1, E], Transpose to [1, S, E] (moves a size-1
   // dim only), residual Add.
   {

@@ -69,8 +69,26 @@ std::vector<Match> grow_tails(const Graph& g) {
   };
   for (size_t h = 0; h < g.num_nodes(); ++h) {
     const Node& n = g.node(static_cast<NodeId>(h));
+    const bool matmul = n.op_type == "MatMul" || n.op_type == "Gemm";
     if (primitive_head(g, n) || elementwise_head(g, n))
-      grow({static_cast<NodeId>(h)}, n.outputs[0], n.op_type == "MatMul" || n.op_type == "Gemm");
+      grow({static_cast<NodeId>(h)}, n.outputs[0], matmul);
+    // A MatMul/Gemm reading a reshape of its A (and nothing else reading it): the reshape
+    // joins the kernel as a view (emit_matmul).
+    const ValueId a = n.input(0);
+    const NodeId r = matmul && primitive_head(g, n) && a != kNoValue ? g.value(a).producer : -1;
+    if (r < 0 || consumers[a].size() != 1 || n.input(1) == a ||
+        std::find(g.outputs.begin(), g.outputs.end(), a) != g.outputs.end())
+      continue;
+    const Node& rn = g.node(r);
+    const std::string& t = rn.op_type;
+    if (!rn.domain.empty() ||
+        !(t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze") ||
+        rn.input(0) == kNoValue || g.value(rn.input(0)).is_constant() ||
+        g.value(rn.input(0)).dtype != DType::kFloat32)
+      continue;
+    const std::vector<NodeId> pair = sorted({r, static_cast<NodeId>(h)});
+    out.push_back(Match{pair});
+    grow(pair, n.outputs[0], true);
   }
   for (size_t v = 0; v < g.num_values(); ++v) {
     std::optional<TailStep> gelu = match_gelu(g, consumers, static_cast<ValueId>(v), false);

@@ -24,8 +24,11 @@ std::unique_ptr<Kernel> compile_group(const Graph& subgraph, Emitter emit);
 void emit_conv(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_conv(const Graph& subgraph);
 // MatMul (batched, broadcasting) / Gemm (transA/B, alpha, beta, C) + tail.  matmul_kernel.cc
+// Node 0 may be a Reshape/Flatten/Squeeze/Unsqueeze of A (read in place), then the head.
 void emit_matmul(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_matmul(const Graph& subgraph);
+// Whether `subgraph` starts with a reshape whose only use is node 1's A (a MatMul/Gemm).
+bool leads_matmul(const Graph& subgraph);
 // Max/Average/GlobalMax/GlobalAverage pooling + tail.  pool_kernel.cc
 void emit_pool(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_pool(const Graph& subgraph);

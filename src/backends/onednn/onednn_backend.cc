@@ -116,7 +116,7 @@ class OnednnBackend : public Backend {
     try {
       if (is_attention(subgraph)) return compile_attention(subgraph, options.threads);
       if (t == "Conv" || t == "ConvTranspose") return compile_conv(subgraph);
-      if (t == "MatMul" || t == "Gemm") return compile_matmul(subgraph);
+      if (t == "MatMul" || t == "Gemm" || leads_matmul(subgraph)) return compile_matmul(subgraph);
       if (t == "MaxPool" || t == "AveragePool" || t == "GlobalMaxPool" || t == "GlobalAveragePool")
         return compile_pool(subgraph);
       if (t == "BatchNormalization" || t == "LayerNormalization" || t == "Softmax" ||
