@@ -91,7 +91,7 @@ fi
 
 # ---- this machine's GEMM peak, with the OpenBLAS collage links
 blas_lib="$(ldd "$COLLAGE" "$(dirname "$COLLAGE")"/src/libcollage_core.so 2>/dev/null |
-  awk '/libopenblas/ {print $3; exit}')"
+  awk '/libopenblas/ {print $3; exit}' || true)"  # an installed tree has no src/
 [ -n "$blas_lib" ] || blas_lib="$(ldconfig -p | awk '/libopenblas\.so\.0/ {print $NF; exit}')"
 peak_json="{}"
 if [ -n "$blas_lib" ]; then
