@@ -404,6 +404,36 @@ TEST(TransformerOnednn, Gpt2AndVitAttentionOnOddSequences) {
   }
 }
 
+// Cross-attention (a decoder reading an encoder): q projected from x, k and v from another
+// input y, a key-padding mask as a runtime input. Only the projection reading the same
+// input as the first joins the GEMM; the others stay outside.
+TEST(TransformerOnednn, CrossAttentionWithTwoInputs) {
+  for (int64_t sk : {1, 6, 31}) {
+    GraphBuilder b(13);
+    const int64_t sq = 5, heads = 2, dim = 8, e = heads * dim;
+    ValueId x = b.input("x", DType::kFloat32, {1, sq, e});
+    ValueId y = b.input("y", DType::kFloat32, {1, sk, e});
+    ValueId pad = b.input("pad", DType::kFloat32, {1, 1, 1, sk});
+    auto proj = [&](ValueId in, int64_t s, std::vector<int64_t> perm) {
+      ValueId m = b.add1("MatMul", {in, b.random_constant("w", {e, e}, 0.3f)});
+      m = b.add1("Add", {m, b.random_constant("b", {e}, 0.1f)});
+      m = b.add1("Reshape",
+                 {m, b.constant("s", Tensor::from_vector<int64_t>({4}, {1, s, heads, dim}))});
+      return b.add1("Transpose", {m}, {{"perm", attr_ints(std::move(perm))}});
+    };
+    ValueId q = proj(x, sq, {0, 2, 1, 3});
+    ValueId k = proj(y, sk, {0, 2, 3, 1});
+    ValueId v = proj(y, sk, {0, 2, 1, 3});
+    ValueId s = b.add1("Mul", {b.add1("MatMul", {q, k}), b.constant("c", Tensor::scalar(0.35f))});
+    s = b.add1("Add", {s, pad});
+    ValueId ctx = b.add1("MatMul", {b.add1("Softmax", {s}, {{"axis", attr_i(-1)}}), v});
+    b.output(b.add1("Transpose", {ctx}, {{"perm", attr_ints({0, 2, 1, 3})}}));
+    std::vector<Match> found =
+        check_attention_matches(b.graph(), fmt::format("cross-attention, {} keys", sk));
+    EXPECT_EQ(found.size(), 4u) << sk;
+  }
+}
+
 // The three zoo transformers: every attention the rule proposes, compiled standalone.
 TEST(TransformerOnednn, ZooTinyTransformers) {
   for (const char* name : {"bert-tiny", "gpt2-tiny", "vit-tiny"}) {

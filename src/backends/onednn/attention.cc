@@ -603,21 +603,22 @@ std::optional<Layout> layout_of(const Graph& g, const Spec& spec) {
     L.column.push_back(L.ntot);
     L.ntot += pr.n;
   }
-  if (!spec.projections.empty()) {
-    const Projection& first = spec.projections[0];
-    StridedView x = contiguous_view(g.value(first.x).shape);
-    for (const Link& l : first.x_links) {
+  // The GEMM's input as [m, K] rows: every projection must read it the same way.
+  for (size_t i = 0; i < spec.projections.size(); ++i) {
+    const Projection& pr = spec.projections[i];
+    StridedView x = contiguous_view(g.value(pr.x).shape);
+    for (const Link& l : pr.x_links) {
       std::optional<StridedView> next = forward(g, x, l);
       if (!next) return std::nullopt;
       x = *next;
     }
-    std::optional<StridedView> x2 = reshape_view(x, {L.m, first.k});
-    if (!x2 || (first.k > 1 && x2->strides[1] != 1) || x2->offset != 0 ||
-        (L.m > 1 && x2->strides[0] < first.k))
+    std::optional<StridedView> x2 = reshape_view(x, {L.m, pr.k});
+    if (!x2 || (pr.k > 1 && x2->strides[1] != 1) || x2->offset != 0 ||
+        (L.m > 1 && x2->strides[0] < pr.k))
+      return std::nullopt;
+    if (i > 0 && (x2->shape != L.x_view.shape || x2->strides[0] != L.x_view.strides[0]))
       return std::nullopt;
     L.x_view = *x2;
-    for (const Projection& pr : spec.projections)
-      if (pr.k != first.k || pr.x_links.size() != first.x_links.size()) return std::nullopt;
   }
   auto operand_view = [&](const Operand& o, Layout::View* out) {
     StridedView view;
@@ -1044,7 +1045,8 @@ std::unique_ptr<Kernel> compile_attention(const Graph& sub, int threads) {
       place_weights(sub, spec->projections[i], L.column[i], L.ntot, w.data<float>(),
                     bias.data<float>());
     projection = std::make_unique<Program>();
-    const dnnl::memory::desc x_md({L.m, first.k}, dt::f32, Dims{L.x_view.strides[0], 1});
+    const int64_t ld = L.m > 1 ? L.x_view.strides[0] : first.k;  // one row: any stride
+    const dnnl::memory::desc x_md({L.m, first.k}, dt::f32, Dims{ld, 1});
     const dnnl::memory::desc dst_md = plain_md({L.m, L.ntot});
     const dnnl::memory::desc bias_md = plain_md({1, L.ntot});
     dnnl::primitive_attr attr = base_attr();
