@@ -404,6 +404,39 @@ TEST(TransformerOnednn, Gpt2AndVitAttentionOnOddSequences) {
   }
 }
 
+// Where masks the kernel must not shortcut (keys it may skip only when every row keeps a
+// non-empty prefix): a random mask with a fully masked row (uniform weights), a key
+// padding mask shared by all rows (a prefix: skipped), and the masked branch first.
+TEST(TransformerOnednn, WhereMasksOfEveryShape) {
+  std::mt19937 rng(17);
+  const int64_t heads = 2, seq = 13, dim = 8;
+  for (int kind = 0; kind < 3; ++kind) {
+    GraphBuilder b(13);
+    ValueId q = b.input("q", DType::kFloat32, {1, heads, seq, dim});
+    ValueId k = b.input("k", DType::kFloat32, {1, heads, dim, seq});
+    ValueId v = b.input("v", DType::kFloat32, {1, heads, seq, dim});
+    const Shape mask_shape = kind == 1 ? Shape{1, 1, 1, seq} : Shape{1, 1, seq, seq};
+    Tensor mask(DType::kBool, mask_shape);
+    for (int64_t i = 0; i < mask.numel(); ++i) {
+      const int64_t col = i % seq, row = i / seq;
+      if (kind == 1)
+        mask.data<bool>()[i] = col < 9;
+      else if (kind == 0)
+        mask.data<bool>()[i] = row != 4 && pick(rng, 0, 2) != 0;
+      else
+        mask.data<bool>()[i] = col > row;  // masked where true: the fill is input 1
+    }
+    ValueId s = b.add1("MatMul", {q, k});
+    ValueId fill = b.constant("fill", Tensor::scalar(std::numeric_limits<float>::lowest()));
+    s = kind == 2 ? b.add1("Where", {b.constant("m", mask), fill, s})
+                  : b.add1("Where", {b.constant("m", mask), s, fill});
+    b.output(b.add1("MatMul", {b.add1("Softmax", {s}, {{"axis", attr_i(-1)}}), v}));
+    std::vector<Match> found =
+        check_attention_matches(b.graph(), fmt::format("Where mask kind {}", kind));
+    EXPECT_EQ(found.size(), 1u) << kind;  // no views, no projections: the core only
+  }
+}
+
 // Cross-attention (a decoder reading an encoder): q projected from x, k and v from another
 // input y, a key-padding mask as a runtime input. Only the projection reading the same
 // input as the first joins the GEMM; the others stay outside.

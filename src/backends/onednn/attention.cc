@@ -836,9 +836,11 @@ class AttentionKernel : public Kernel {
     return p + (x.offsets[b] + row * x.row_stride) * static_cast<int64_t>(elem);
   }
 
-  void apply_steps(int64_t b, int64_t row, float* x) const {
-    const int64_t n = c_.sk;
-    for (const Step& s : steps_) {
+  // The mask steps on the first `n` scores of a row (all of them, or the visible prefix).
+  void apply_steps(int64_t b, int64_t row, float* x, int64_t n) const {
+    const size_t count = visible_.empty() ? steps_.size() : steps_.size() - 1;
+    for (size_t i = 0; i < count; ++i) {
+      const Step& s = steps_[i];
       switch (s.kind) {
         case MaskStep::Kind::kScale:
           for (int64_t j = 0; j < n; ++j) x[j] *= s.scale;
@@ -885,15 +887,24 @@ class AttentionKernel : public Kernel {
     const float* v = matrix(v_, b, 0);
     float* o = out_ + o_.offsets[b] + r0 * o_.arg.row_stride;
     // Inside an OpenMP region oneDNN's sgemm runs on the calling thread.
-    dnnl_sgemm(q_.arg.trans ? 'T' : 'N', k_.arg.trans ? 'T' : 'N', m, c_.sk, c_.d, c_.alpha_qk, q,
+    // With a prefix mask only the keys some row of the tile sees are multiplied.
+    int64_t n = c_.sk;
+    if (!visible_.empty()) n = *std::max_element(visible_.begin() + r0, visible_.begin() + r0 + m);
+    dnnl_sgemm(q_.arg.trans ? 'T' : 'N', k_.arg.trans ? 'T' : 'N', m, n, c_.d, c_.alpha_qk, q,
                q_.arg.ld, k, k_.arg.ld, 0.0f, tile, c_.sk);
     for (int64_t r = 0; r < m; ++r) {
       float* row = tile + r * c_.sk;
-      apply_steps(b, r0 + r, row);
-      softmax_row(row, c_.sk);
+      apply_steps(b, r0 + r, row, n);
+      if (visible_.empty()) {
+        softmax_row(row, n);
+      } else {
+        const int64_t seen = visible_[r0 + r];
+        softmax_row(row, seen);
+        std::fill(row + seen, row + n, 0.0f);  // exp(lowest - max) is 0 in float
+      }
     }
-    dnnl_sgemm('N', v_.arg.trans ? 'T' : 'N', m, c_.dv, c_.sk, c_.alpha_pv, tile, c_.sk, v,
-               v_.arg.ld, 0.0f, o, o_.arg.ld);
+    dnnl_sgemm('N', v_.arg.trans ? 'T' : 'N', m, c_.dv, n, c_.alpha_pv, tile, c_.sk, v, v_.arg.ld,
+               0.0f, o, o_.arg.ld);
   }
 
   Config c_;
@@ -906,6 +917,17 @@ class AttentionKernel : public Kernel {
   float* projection_out_ = nullptr;
   int64_t rows_ = 1, chunks_ = 1, tile_floats_ = 0;
   bool parallel_ = false;
+  // Per query row, how many leading keys the last (Where) step keeps, when it keeps a
+  // prefix of every row and fills the rest with a value whose exp is 0 (a causal mask):
+  // the keys after it are never multiplied. Empty otherwise.
+  std::vector<int64_t> visible_;
+
+ public:
+  void set_visible(std::vector<int64_t> visible) {
+    visible_ = std::move(visible);
+  }
+
+ private:
   float* tiles_ = nullptr;
   // Set by run() for its tasks.
   std::span<const Tensor> inputs_;
@@ -927,6 +949,33 @@ void place_weights(const Graph& g, const Projection& pr, int64_t c0, int64_t nto
   };
   if (pr.bias != kNoValue) add_bias(pr.bias, 1.0f);
   if (pr.gemm_c != kNoValue) add_bias(pr.gemm_c, pr.beta);
+}
+
+// When the last step is Where(constant condition, scores, fill) with a fill whose exp
+// underflows to 0 after any max subtraction, the same condition for every batch, and every
+// row keeping a non-empty prefix of the keys and dropping the rest (GPT-2's tril): the
+// prefix length per row. Empty otherwise (a fully masked row is uniform, not skippable).
+std::vector<int64_t> visible_prefix(const std::vector<Step>& steps, int64_t sq, int64_t sk) {
+  if (steps.empty()) return {};
+  const Step& w = steps.back();
+  if (w.kind != MaskStep::Kind::kWhere || w.has_operand || !w.keep_if_true || w.other > -1e30f ||
+      !w.condition.constant.defined())
+    return {};
+  const Broadcast& c = w.condition;
+  for (int64_t off : c.offsets)
+    if (off != c.offsets[0]) return {};
+  const auto* cond = static_cast<const uint8_t*>(c.constant.raw());
+  std::vector<int64_t> visible(static_cast<size_t>(sq));
+  for (int64_t r = 0; r < sq; ++r) {
+    const uint8_t* row = cond + c.offsets[0] + r * c.row_stride;
+    int64_t p = 0;
+    while (p < sk && row[p * c.col_stride] != 0) ++p;
+    if (p == 0) return {};
+    for (int64_t j = p; j < sk; ++j)
+      if (row[j * c.col_stride] != 0) return {};
+    visible[static_cast<size_t>(r)] = p;
+  }
+  return visible;
 }
 
 std::optional<Spec> analyze_subgraph(const Graph& sub, NodeId* softmax) {
@@ -1032,6 +1081,8 @@ std::unique_ptr<Kernel> compile_attention(const Graph& sub, int threads) {
     steps.push_back(std::move(s));
   }
 
+  const std::vector<int64_t> visible = visible_prefix(steps, c.sq, c.sk);
+
   std::unique_ptr<Program> projection;
   float* projection_out = nullptr;
   if (!spec->projections.empty()) {
@@ -1070,10 +1121,12 @@ std::unique_ptr<Kernel> compile_attention(const Graph& sub, int threads) {
     projection->finalize();
     projection_out = static_cast<float*>(dst.get_data_handle());
   }
-  return std::make_unique<AttentionKernel>(c, L.sources, std::move(source_inputs),
-                                           std::move(source_constants), std::move(q), std::move(k),
-                                           std::move(v), std::move(o), std::move(steps),
-                                           std::move(projection), projection_out);
+  auto kernel = std::make_unique<AttentionKernel>(
+      c, L.sources, std::move(source_inputs), std::move(source_constants), std::move(q),
+      std::move(k), std::move(v), std::move(o), std::move(steps), std::move(projection),
+      projection_out);
+  kernel->set_visible(visible);
+  return kernel;
 }
 
 }  // namespace collage::onednn
