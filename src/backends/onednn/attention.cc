@@ -72,13 +72,14 @@ namespace {
 using Consumers = std::vector<std::vector<NodeId>>;
 using Allowed = std::function<bool(NodeId)>;
 
-// Score rows per task: a tile of this many bytes stays in L2 between the two products and
-// the softmax (64 KiB: one 128-token BERT head, a quarter of this machine's L2).
+// Score rows per task: a tile of this many bytes stays in L2 (2 MiB per core here) between
+// the two products and the softmax; 64 KiB is one 128-token BERT head.
 constexpr int64_t kTileBytes = 64 * 1024;
 // Below this many flops the kernel runs on the calling thread alone: a fork/join of the
-// OpenMP team costs more than it saves. Measured on the tiny zoo models (2 heads of 32
-// tokens, 0.5 MFLOP): 8-25 us on one thread, 230-460 us when two threads met at the
-// barrier on the loaded 2-core machine. BERT-base's 50 MFLOP per layer runs in parallel.
+// OpenMP team costs more than it saves. Measured on bert-tiny's attention (2 heads of 32
+// tokens, 0.5 MFLOP, about 10 us of work) on two threads of the loaded 2-core machine:
+// 8 us in one tune, 250 us in another (waiting at the team's barrier for a descheduled
+// thread); one thread has no barrier. BERT-base's 50 MFLOP per layer runs in parallel.
 constexpr double kParallelFlops = 4e6;
 
 bool f32(const Graph& g, ValueId v) {
