@@ -547,6 +547,19 @@ TEST(TransformerOnednn, GemmTailsThroughAReshape) {
     EXPECT_TRUE(whole) << "Reshape + Gemm + Reshape + Tanh as one kernel";
     expect_matches_reference(onednn(), b.graph(), fmt::format("Conv1D, seq {}", seq));
   }
+  // ViT's in_proj reads the sequence-first Transpose [1, S, E] -> [S, 1, E]: a view.
+  {
+    GraphBuilder b(17);
+    ValueId x = b.input("x", DType::kFloat32, {1, 7, 16});
+    ValueId t = b.add1("Transpose", {x}, {{"perm", attr_ints({1, 0, 2})}});
+    ValueId y = b.add1("MatMul", {t, b.random_constant("w", {16, 48}, 0.3f)});
+    b.output(b.add1("Add", {b.random_constant("b", {48}), y}));
+    bool whole = false;
+    for (const Match& m : find_matches(b.graph(), onednn()))
+      whole |= m.nodes == std::vector<NodeId>{0, 1, 2};
+    EXPECT_TRUE(whole) << "Transpose + MatMul + Add as one kernel";
+    expect_matches_reference(onednn(), b.graph(), "unit Transpose, MatMul, bias");
+  }
   // ViT's out_proj: Gemm, Reshape to [S, 1, E], Transpose to [1, S, E] (moves a size-1
   // dim only), residual Add.
   {

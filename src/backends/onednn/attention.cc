@@ -824,7 +824,9 @@ class AttentionKernel : public Kernel {
 #pragma omp parallel num_threads(c_.threads)
     {
       float* tile = tiles_ + static_cast<int64_t>(omp_get_thread_num()) * tile_floats_;
-#pragma omp for schedule(static)
+      // Dynamic: on a shared machine one thread of the team may lose its core for a while;
+      // the other then takes the remaining heads instead of waiting at the barrier.
+#pragma omp for schedule(dynamic)
       for (int64_t t = 0; t < tasks; ++t) task(t, tile);
     }
   }

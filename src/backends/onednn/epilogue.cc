@@ -312,10 +312,6 @@ std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, V
   return std::nullopt;
 }
 
-namespace {
-
-// A Transpose that keeps the order of the dims larger than 1 (ViT's [S, 1, E] <-> [1, S, E])
-// moves no data: a reshape.
 bool moves_only_unit_dims(const Shape& in, const Node& transpose) {
   std::vector<int64_t> perm = transpose.attr_ints("perm");
   if (perm.empty())
@@ -329,8 +325,6 @@ bool moves_only_unit_dims(const Shape& in, const Node& transpose) {
   }
   return true;
 }
-
-}  // namespace
 
 std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumers, ValueId cur,
                                        bool through_reshape) {

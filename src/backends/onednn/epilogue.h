@@ -46,6 +46,10 @@ std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, V
 
 // The step that reads `cur` next in a tail: all of cur's readers must be in it, so cur
 // need not be materialised. Stops (nullopt) at graph outputs.
+// A Transpose of an input shaped `in` that keeps the order of the dims larger than 1 (ViT's
+// [S, 1, E] <-> [1, S, E]) moves no data: it is a reshape.
+bool moves_only_unit_dims(const Shape& in, const Node& transpose);
+
 // With `through_reshape`, a sole reader that only reshapes (row-major data unchanged: a
 // Reshape, Flatten, Squeeze, Unsqueeze, or a Transpose moving only size-1 dims) is a
 // step too: GPT-2's Conv1D is Gemm then Reshape back to [1, S, N] before its GELU or

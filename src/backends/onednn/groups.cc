@@ -80,10 +80,7 @@ std::vector<Match> grow_tails(const Graph& g) {
         std::find(g.outputs.begin(), g.outputs.end(), a) != g.outputs.end())
       continue;
     const Node& rn = g.node(r);
-    const std::string& t = rn.op_type;
-    if (!rn.domain.empty() ||
-        !(t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze") ||
-        rn.input(0) == kNoValue || g.value(rn.input(0)).is_constant() ||
+    if (!is_reshape_node(g, rn) || g.value(rn.input(0)).is_constant() ||
         g.value(rn.input(0)).dtype != DType::kFloat32)
       continue;
     const std::vector<NodeId> pair = sorted({r, static_cast<NodeId>(h)});

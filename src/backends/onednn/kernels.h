@@ -29,6 +29,9 @@ void emit_matmul(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_matmul(const Graph& subgraph);
 // Whether `subgraph` starts with a reshape whose only use is node 1's A (a MatMul/Gemm).
 bool leads_matmul(const Graph& subgraph);
+// Reshape, Flatten, Squeeze, Unsqueeze, or a Transpose moving only size-1 dims: the same
+// row-major data under another shape.  matmul_kernel.cc
+bool is_reshape_node(const Graph& graph, const Node& node);
 // Max/Average/GlobalMax/GlobalAverage pooling + tail.  pool_kernel.cc
 void emit_pool(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_pool(const Graph& subgraph);

@@ -92,14 +92,15 @@ PostOp add_operand(const Graph& sub, ValueId c, float beta, size_t rank) {
 
 }  // namespace
 
-bool is_reshape_node(const Node& n) {
+bool is_reshape_node(const Graph& g, const Node& n) {
   const std::string& t = n.op_type;
-  return n.domain.empty() && !n.outputs.empty() &&
-         (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze");
+  if (!n.domain.empty() || n.outputs.empty() || n.input(0) == kNoValue) return false;
+  return t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze" ||
+         (t == "Transpose" && moves_only_unit_dims(g.value(n.input(0)).shape, n));
 }
 
 bool leads_matmul(const Graph& sub) {
-  if (sub.num_nodes() < 2 || !is_reshape_node(sub.node(0))) return false;
+  if (sub.num_nodes() < 2 || !is_reshape_node(sub, sub.node(0))) return false;
   const Node& head = sub.node(1);
   return (head.op_type == "MatMul" || head.op_type == "Gemm") && head.domain.empty() &&
          head.input(0) == sub.node(0).outputs[0] && head.input(1) != sub.node(0).outputs[0];
