@@ -14,6 +14,9 @@
 #                  round (default 4); BENCH_WARMUP untimed runs per round (default 2)
 #   BENCH_OPENBLAS_CORETYPE  run with OPENBLAS_CORETYPE set to this (default: unset it)
 #   BUILD_DIR      where build/collage is (default build)
+#   BENCH_RESULTS  where README.md, speedups.svg, costs.db and work.tmp/ go (default
+#                  bench/results; e.g. bench/results/transformers for a run of some models
+#                  that must not replace the full table)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,7 +37,8 @@ THREADS="${BENCH_THREADS:-2}"
 ROUNDS="${BENCH_ROUNDS:-5}"
 REPEAT="${BENCH_REPEAT:-4}"
 WARMUP="${BENCH_WARMUP:-2}"
-RESULTS="$ROOT/bench/results"
+RESULTS="${BENCH_RESULTS:-$ROOT/bench/results}"
+mkdir -p "$RESULTS"
 WORK="$RESULTS/work.tmp"  # raw JSON of this run (git-ignored)
 COST_DB="$RESULTS/costs.db"
 PEERS="$ROOT/bench/peers"
@@ -87,7 +91,7 @@ fi
 
 # ---- this machine's GEMM peak, with the OpenBLAS collage links
 blas_lib="$(ldd "$COLLAGE" "$(dirname "$COLLAGE")"/src/libcollage_core.so 2>/dev/null |
-  awk '/libopenblas/ {print $3; exit}')"
+  awk '/libopenblas/ {print $3; exit}' || true)"  # an installed tree has no src/
 [ -n "$blas_lib" ] || blas_lib="$(ldconfig -p | awk '/libopenblas\.so\.0/ {print $NF; exit}')"
 peak_json="{}"
 if [ -n "$blas_lib" ]; then

@@ -490,6 +490,12 @@ RefKernel space_to_depth_kernel(const Graph& g, const Node& n) {
 
 }  // namespace
 
+SliceWindow slice_window(const Graph& g, const Node& n) {
+  InferContext ctx(g, n);
+  SliceSpec s = slice_spec(ctx);
+  return {s.out, s.start, s.step};
+}
+
 void register_tensor_layout_ops(OpRegistry& r) {
   r.add(tensor_op("Transpose", OpKind::kInjective, infer_transpose, transpose_kernel));
   r.add(tensor_op("Concat", OpKind::kInjective, infer_concat, concat_kernel));

@@ -35,6 +35,17 @@ void tensor_require_int64(const InferContext& ctx, size_t input, const char* wha
 void tensor_require_dtype_in(const InferContext& ctx, size_t input,
                              std::initializer_list<DType> allowed);
 
+// What a Slice node takes from each input dim, by the reference's rule (negative and
+// out-of-range starts/ends, negative steps): the output shape, the first element and the
+// step per dim. For backends that read a slice in place (a strided view) instead of
+// copying it. Throws like the shape function when its starts/ends/axes/steps are not
+// constant.
+struct SliceWindow {
+  Shape out;
+  std::vector<int64_t> start, step;
+};
+SliceWindow slice_window(const Graph& graph, const Node& node);
+
 // Shapes recorded on the graph after inference, for kernel factories.
 inline const Shape& tensor_input_shape(const Graph& g, const Node& n, size_t i) {
   return g.value(n.inputs.at(i)).shape;

@@ -41,6 +41,13 @@ inline void expect_like_reference(Backend& backend, const Graph& g, const std::s
   EXPECT_TRUE(backend_matches_reference(backend, g, seed)) << backend.name() << ": " << what;
 }
 
+// The same on given inputs (where random ones would not do: indices in range, masks).
+inline void expect_like_reference(Backend& backend, const Graph& g,
+                                  const std::vector<Tensor>& inputs, const std::string& what) {
+  auto [got, want] = run_backend_and_reference(backend, g, inputs);
+  EXPECT_TRUE(outputs_match(got, want)) << backend.name() << ": " << what;
+}
+
 // The kind of Error compile() throws; kInternal when it compiled (never what a test expects).
 inline ErrorKind compile_error(Backend& backend, const Graph& g) {
   try {
@@ -60,8 +67,9 @@ inline void expect_unsupported(Backend& backend, const Graph& g, const std::stri
     ADD_FAILURE() << backend.name() << ": " << what << ": compiled";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << what << ": " << e.what();
-    if (!needle.empty())
+    if (!needle.empty()) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
+    }
   }
 }
 

@@ -78,14 +78,18 @@ class GraphBuilder {
 // Runs `graph` whole on `backend` (compile() of the entire graph as one subgraph) and on
 // reference, on the same random inputs; returns {backend outputs, reference outputs}.
 inline std::pair<std::vector<Tensor>, std::vector<Tensor>> run_backend_and_reference(
-    Backend& backend, const Graph& graph, uint64_t seed = 3) {
-  std::vector<Tensor> inputs = random_inputs(graph, seed);
+    Backend& backend, const Graph& graph, const std::vector<Tensor>& inputs) {
   std::unique_ptr<Kernel> kernel = backend.compile(graph, test_options());
   std::vector<Tensor> got;
   for (ValueId v : graph.outputs) got.emplace_back(graph.value(v).dtype, graph.value(v).shape);
   kernel->run(inputs, got);
   Session reference(graph, SessionOptions{});
   return {got, reference.run(inputs)};
+}
+
+inline std::pair<std::vector<Tensor>, std::vector<Tensor>> run_backend_and_reference(
+    Backend& backend, const Graph& graph, uint64_t seed = 3) {
+  return run_backend_and_reference(backend, graph, random_inputs(graph, seed));
 }
 
 }  // namespace collage::testing

@@ -1,67 +1,11 @@
-// Branch-free float approximations of exp, sigmoid, tanh and erf that GCC vectorizes (the
-// libm calls it would otherwise make per element dominate a fused GEMM epilogue).
-// Accuracy: a few ulp for exp/sigmoid/tanh, ~2e-7 absolute for erf.
+// The float approximations blas's epilogue uses: the shared ones in util/fast_math.h.
 #pragma once
 
-#include <algorithm>
-#include <bit>
-#include <cmath>
-#include <cstdint>
+#include "util/fast_math.h"
 
 namespace collage::blas {
-
-// Cephes-style: exp(x) = 2^n * exp(r), |r| <= ln2/2, exp(r) by a degree-6 polynomial.
-inline float fast_exp(float x) {
-  x = std::clamp(x, -87.0f, 88.0f);
-  // Adding 1.5 * 2^23 rounds to an integer in the float unit (vectorizes, unlike rint calls).
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-}
-
-inline float fast_sigmoid(float x) {
-  return 1.0f / (1.0f + fast_exp(-x));
-}
-
-// Odd polynomial near 0 (where 1 - 2/(e^2x + 1) cancels), the exp form elsewhere.
-inline float fast_tanh(float x) {
-  const float ax = std::fabs(x);
-  const float z = x * x;
-  float small = -5.70498872745e-3f;
-  small = small * z + 2.06390887954e-2f;
-  small = small * z - 5.37397155531e-2f;
-  small = small * z + 1.33314422036e-1f;
-  small = small * z - 3.33332819422e-1f;
-  small = small * z * x + x;
-  const float large = std::copysign(1.0f - 2.0f / (fast_exp(2.0f * ax) + 1.0f), x);
-  return ax < 0.625f ? small : large;
-}
-
-// Taylor series near 0 (relative accuracy), Abramowitz & Stegun 7.1.26 elsewhere.
-inline float fast_erf(float x) {
-  const float ax = std::fabs(x);
-  const float z = x * x;
-  float small = -1.0f / 1320;
-  small = small * z + 1.0f / 216;
-  small = small * z - 1.0f / 42;
-  small = small * z + 1.0f / 10;
-  small = small * z - 1.0f / 3;
-  small = (small * z + 1.0f) * x * 1.12837916709551257f;
-  const float t = 1.0f / (1.0f + 0.3275911f * ax);
-  float p = 1.061405429f;
-  p = p * t - 1.453152027f;
-  p = p * t + 1.421413741f;
-  p = p * t - 0.284496736f;
-  p = p * t + 0.254829592f;
-  const float large = std::copysign(1.0f - p * t * fast_exp(-z), x);
-  return ax < 0.5f ? small : large;
-}
-
+using collage::fast_erf;
+using collage::fast_exp;
+using collage::fast_sigmoid;
+using collage::fast_tanh;
 }  // namespace collage::blas

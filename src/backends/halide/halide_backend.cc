@@ -29,11 +29,17 @@ bool lowerable(const Graph& g, const Node& n) {
 
 class HalideKernel : public Kernel {
  public:
-  HalideKernel(EntryPoint fn, std::vector<Lowered::Param> params, std::vector<Shape> outputs,
-               int threads)
+  HalideKernel(EntryPoint fn, std::vector<Lowered::Param> params, const std::vector<Shape>& outputs,
+               const std::vector<DType>& output_dtypes, int threads)
       : fn_(fn), params_(std::move(params)), threads_(threads) {
-    for (const auto& p : params_) dims_.push_back(dims_of(p.shape));
-    for (const Shape& s : outputs) dims_.push_back(dims_of(s));
+    for (const auto& p : params_) {
+      dims_.push_back(dims_of(p.shape));
+      types_.push_back(buffer_type(p.dtype));
+    }
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      dims_.push_back(dims_of(outputs[k]));
+      types_.push_back(buffer_type(output_dtypes[k]));
+    }
   }
 
   void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs) override {
@@ -51,7 +57,7 @@ class HalideKernel : public Kernel {
         t = &outputs[k - params_.size()];
       halide_buffer_t& b = buffers[k];
       b.host = static_cast<uint8_t*>(t->raw());
-      b.type = halide_type_t(halide_type_float, 32);
+      b.type = types_[k];
       b.dimensions = static_cast<int32_t>(dims[k].size());
       b.dim = dims[k].empty() ? nullptr : dims[k].data();
       args[k] = &b;
@@ -75,13 +81,18 @@ class HalideKernel : public Kernel {
   EntryPoint fn_;
   std::vector<Lowered::Param> params_;
   std::vector<std::vector<halide_dimension_t>> dims_;
+  std::vector<halide_type_t> types_;
   int threads_;
 };
 
 class HalideBackend : public Backend {
  public:
   std::string name() const override { return "halide"; }
-  std::string version() const override { return std::string("Halide ") + COLLAGE_HALIDE_VERSION; }
+  // "+r2": kernels since lowering 2 (see describe()) compute differently or faster, so costs
+  // measured before are not reused.
+  std::string version() const override {
+    return std::string("Halide ") + COLLAGE_HALIDE_VERSION + "+r2";
+  }
   BackendKind kind() const override { return BackendKind::kOpLevel; }
   std::string thread_model() const override { return "Halide thread pool"; }
   std::vector<std::string> details() const override {
@@ -94,21 +105,31 @@ class HalideBackend : public Backend {
   std::vector<PatternEntry> patterns() const override {
     // A reduction alone is worth a generated kernel (one pass, vectorised); a lone
     // elementwise op is not: the reference's loop is as good and each kernel costs a
-    // compile. Chains of them come from the fusion rule.
+    // compile. Chains of them come from the fusion rule. The transformer glue that often
+    // stands alone between library kernels (an embedding Gather, a causal-mask Where, a
+    // heads Transpose, a Split of packed q/k/v, a no-op Cast) gets a candidate too, so the
+    // search decides by measurement whether reference's copy loop is the faster one.
     const NodePredicate ok = [](const Graph& g, const Node& n) { return lowerable(g, n); };
     return {{"Softmax", op_in({"Softmax", "LogSoftmax"}).where(ok, "float32"), {}},
             {"Reduce",
              op_in({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
                     "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
                  .where(ok, "float32, constant axes"),
+             {}},
+            {"LayerNormalization", op("LayerNormalization").where(ok, "float32, Y only"), {}},
+            {"TransformerGlue",
+             op_in({"Gather", "Where", "Transpose", "Split", "Cast"})
+                 .where(ok, "float32 data (int32/int64/bool where the op moves it)"),
              {}}};
   }
 
   std::vector<FusionRule> fusion_rules() const override {
-    FusionRule rule = fuse_region(
-        "fused_region",
-        {OpKind::kElementwise, OpKind::kBroadcast, OpKind::kInjective, OpKind::kReduction},
-        kMaxRegion, lowerable);
+    // kOpaque admits the one opaque op lowering knows (LayerNormalization); `lowerable`
+    // keeps every other out.
+    FusionRule rule = fuse_region("fused_region",
+                                  {OpKind::kElementwise, OpKind::kBroadcast, OpKind::kInjective,
+                                   OpKind::kReduction, OpKind::kOpaque},
+                                  kMaxRegion, lowerable);
     rule.description += " (float32, ops lowerable to Halide)";
     return {rule};
   }
@@ -124,16 +145,13 @@ class HalideBackend : public Backend {
     for (const Node& n : subgraph.nodes())
       if (std::string why = unsupported_reason(subgraph, n); !why.empty())
         fail(ErrorKind::kUnsupported, "halide: node '{}' ({}): {}", n.name, n.op_type, why);
-    for (ValueId v : subgraph.inputs)
-      if (subgraph.value(v).dtype != DType::kFloat32)
-        fail(ErrorKind::kUnsupported, "halide: input '{}' is not float32", subgraph.value(v).name);
     Lowered lowered = lower(subgraph);
     EntryPoint fn =
         get_kernel(describe(subgraph), [&](const std::string& name, const Halide::Target& target) {
           return lowered.pipeline.compile_to_module(lowered.arguments, name, target);
         });
-    return std::make_unique<HalideKernel>(fn, std::move(lowered.params),
-                                          std::move(lowered.output_shapes), options.threads);
+    return std::make_unique<HalideKernel>(fn, std::move(lowered.params), lowered.output_shapes,
+                                          lowered.output_dtypes, options.threads);
   }
 };
 

@@ -14,6 +14,7 @@
 #include "backends/halide/halide_math.h"
 #include "collage/error.h"
 #include "collage/op_registry.h"
+#include "ops/tensor_util.h"
 
 namespace collage::halide_backend {
 namespace {
@@ -43,6 +44,49 @@ const std::set<std::string> kReduce = {
 const std::set<std::string> kSoftmax = {"Softmax", "LogSoftmax"};
 const std::set<std::string> kReshape = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
 const std::set<std::string> kLayout = {"Transpose", "Expand", "Slice", "Concat", "Split", "Tile"};
+// Ops with a lowering of their own (no kind-wide rule).
+const std::set<std::string> kOther = {"Gather", "Where", "LayerNormalization"};
+
+// Ops that move elements without computing on them: their data may be any type a buffer
+// holds (GPT-2 reshapes int64 input_ids, a bool mask may be transposed).
+bool moves_data(const std::string& op) {
+  return kReshape.count(op) || kLayout.count(op) || op == "Gather";
+}
+
+bool buffer_dtype(DType t) {
+  return t == DType::kFloat32 || t == DType::kInt64 || t == DType::kInt32 || t == DType::kBool;
+}
+
+Halide::Type halide_type(DType t) {
+  switch (t) {
+    case DType::kFloat32:
+      return Halide::Float(32);
+    case DType::kInt64:
+      return Halide::Int(64);
+    case DType::kInt32:
+      return Halide::Int(32);
+    case DType::kBool:
+      return Halide::UInt(8);
+    default:
+      fail(ErrorKind::kUnsupported, "halide: element type {}", dtype_name(t));
+  }
+}
+
+// A one-element constant as an immediate of its own type.
+Expr scalar_expr(const Tensor& t) {
+  switch (t.dtype()) {
+    case DType::kFloat32:
+      return Expr(t.data<float>()[0]);
+    case DType::kInt64:
+      return Expr(t.data<int64_t>()[0]);
+    case DType::kInt32:
+      return Expr(t.data<int32_t>()[0]);
+    case DType::kBool:
+      return Halide::cast<uint8_t>(t.data<bool>()[0] ? 1 : 0);
+    default:
+      fail(ErrorKind::kUnsupported, "halide: constant of type {}", dtype_name(t.dtype()));
+  }
+}
 
 // Inputs that are shapes/axes/indices rather than data: the op reads them at lowering time
 // (or not at all, when the graph's inferred shapes say everything).
@@ -113,20 +157,22 @@ class Lowerer {
     Lowered out;
     for (size_t i = 0; i < g_.inputs.size(); ++i) {
       const Value& v = g_.value(g_.inputs[i]);
-      vals_[g_.inputs[i]] = param(static_cast<int>(i), Tensor(), v.shape, out);
+      vals_[g_.inputs[i]] = param(static_cast<int>(i), Tensor(), v.shape, v.dtype, out);
     }
     for (const Node& n : g_.nodes()) lower_node(n, out);
     std::vector<Func> outputs;
     std::vector<const Val*> output_vals;
     for (size_t k = 0; k < g_.outputs.size(); ++k) {
       const Val& v = data_value(g_.outputs[k], out);
+      const DType dtype = g_.value(g_.outputs[k]).dtype;
       Func o(fmt::format("out{}", k));
       std::vector<Var> hv = dim_vars(v.shape.size());
-      o(hv) = at(v, index_of(hv));
+      o(hv) = Halide::cast(halide_type(dtype), at(v, index_of(hv)));
       constrain(o.output_buffer(), v.shape);
       outputs.push_back(o);
       output_vals.push_back(&v);
       out.output_shapes.push_back(v.shape);
+      out.output_dtypes.push_back(dtype);
     }
     schedule(outputs, output_vals);
     out.pipeline = Halide::Pipeline(outputs);
@@ -155,13 +201,13 @@ class Lowerer {
     constrain_dims([&](int k) { return p.dim(k); }, shape);
   }
 
-  Val param(int input, Tensor constant, const Shape& shape, Lowered& out) {
+  Val param(int input, Tensor constant, const Shape& shape, DType dtype, Lowered& out) {
     const int k = static_cast<int>(out.params.size());
-    Halide::ImageParam ip(Halide::Float(32), static_cast<int>(shape.size()),
+    Halide::ImageParam ip(halide_type(dtype), static_cast<int>(shape.size()),
                           fmt::format("in{}", k));
     constrain(ip, shape);
     out.arguments.push_back(ip);
-    out.params.push_back({input, std::move(constant), shape});
+    out.params.push_back({input, std::move(constant), shape, dtype});
     Val v;
     v.f = Func(fmt::format("in{}_f", k));
     std::vector<Var> hv = dim_vars(shape.size());
@@ -179,11 +225,11 @@ class Lowerer {
     if (!v.is_constant()) fail(ErrorKind::kInternal, "halide: value '{}' not lowered", v.name);
     if (v.constant.numel() == 1) {
       Val s;
-      s.scalar = Expr(v.constant.data<float>()[0]);
+      s.scalar = scalar_expr(v.constant);
       s.shape = v.shape;
       return vals_[id] = s;
     }
-    return vals_[id] = param(-1, v.constant, v.shape, out);
+    return vals_[id] = param(-1, v.constant, v.shape, v.dtype, out);
   }
 
   static Expr at(const Val& v, const Index& idx) {
@@ -305,6 +351,16 @@ class Lowerer {
       results.push_back(lower_reduce(n, *ins[0], name));
     } else if (kSoftmax.count(op)) {
       results.push_back(lower_softmax(n, *ins[0], name));
+    } else if (op == "Where") {
+      results.push_back(define(name, oshape, [&](const Index& i) {
+        Expr c = at_broadcast(*ins[0], oshape, i);
+        return Halide::select(c != Halide::cast(c.type(), 0), at_broadcast(*ins[1], oshape, i),
+                              at_broadcast(*ins[2], oshape, i));
+      }));
+    } else if (op == "Gather") {
+      results.push_back(lower_gather(n, *ins[0], *ins[1], oshape, name));
+    } else if (op == "LayerNormalization") {
+      results.push_back(lower_layer_norm(n, ins, name));
     } else {
       lower_layout(n, ins, name, results);
     }
@@ -504,6 +560,64 @@ class Lowerer {
     });
   }
 
+  // out[o.., j.., i..] = data[o.., indices[j..], i..]. Negative indices count from the end;
+  // one out of range fails the kernel (as the reference does) instead of reading outside.
+  Val lower_gather(const Node& n, const Val& data, const Val& indices, const Shape& out,
+                   const std::string& name) {
+    const Shape& ds = data.shape;
+    int64_t axis = n.attr_int("axis", 0);
+    if (axis < 0) axis += static_cast<int64_t>(ds.size());
+    const int dim = static_cast<int>(ds[axis]);
+    const size_t q = indices.shape.size();
+    return define(name, out, [&](const Index& i) {
+      Index ii(i.begin() + axis, i.begin() + axis + static_cast<long>(q));
+      Expr k = Halide::cast<int>(at(indices, ii));
+      k = Halide::select(k < 0, k + dim, k);
+      Expr in_range = k >= 0 && k < dim;
+      Index src(i.begin(), i.begin() + axis);
+      src.push_back(Halide::clamp(k, 0, dim - 1));
+      for (size_t d = static_cast<size_t>(axis) + 1; d < ds.size(); ++d)
+        src.push_back(i[d - 1 + q]);
+      return Halide::require(in_range, at(data, src),
+                             "Gather: an index is out of range for an axis of", dim);
+    });
+  }
+
+  // LayerNormalization over dims [axis, rank): mean, then the mean square deviation, as two
+  // reductions (row-wise ones when axis is the last dim, computed per row like Softmax).
+  Val lower_layer_norm(const Node& n, const std::vector<const Val*>& ins, const std::string& name) {
+    const Val& x = *ins[0];
+    const Shape& shape = x.shape;
+    const int64_t rank = static_cast<int64_t>(shape.size());
+    int64_t axis = n.attr_int("axis", -1);
+    if (axis < 0) axis += rank;
+    const float eps = n.attr_float("epsilon", 1e-5f);
+    std::vector<bool> mask(rank, false);
+    int64_t count = 1;
+    for (int64_t d = axis; d < rank; ++d) mask[d] = true, count *= shape[d];
+    const float inv = 1.0f / static_cast<float>(count);
+    auto add = [](Expr a, Expr b) { return a + b; };
+    Val sum = reduce(name + "_sum", shape, mask, true, 0.0f, add,
+                     [&](const Index& i) { return at(x, i); });
+    Val mean = define(name + "_mean", sum.shape, [&](const Index& i) { return at(sum, i) * inv; });
+    Val sq = reduce(name + "_sq", shape, mask, true, 0.0f, add, [&](const Index& i) {
+      Expr c = at(x, i) - at_broadcast(mean, shape, i);
+      return c * c;
+    });
+    Val rstd = define(name + "_rstd", sq.shape,
+                      [&](const Index& i) { return 1.0f / Halide::sqrt(at(sq, i) * inv + eps); });
+    const Val* scale = ins.size() > 1 ? ins[1] : nullptr;
+    const Val* bias = ins.size() > 2 ? ins[2] : nullptr;
+    Val out = define(name, shape, [&](const Index& i) {
+      Expr y = (at(x, i) - at_broadcast(mean, shape, i)) * at_broadcast(rstd, shape, i);
+      if (scale) y = y * at_broadcast(*scale, shape, i);
+      if (bias) y = y + at_broadcast(*bias, shape, i);
+      return y;
+    });
+    out.after_reduction = true;
+    return out;
+  }
+
   Val lower_softmax(const Node& n, const Val& x, const std::string& name) {
     const int64_t rank = static_cast<int64_t>(x.shape.size());
     const bool coerce_2d = g_.opset < 13;
@@ -565,8 +679,8 @@ class Lowerer {
         return at(x, src);
       }));
     } else if (op == "Slice") {
-      std::vector<int64_t> start, step;
-      slice_spec(n, in, out, &start, &step);
+      const ops::SliceWindow w = ops::slice_window(g_, n);
+      const std::vector<int64_t>&start = w.start, &step = w.step;
       results.push_back(define(name, out, [&](const Index& i) {
         Index src;
         for (size_t d = 0; d < in.size(); ++d)
@@ -636,32 +750,6 @@ class Lowerer {
       stride *= in[d];
     }
     return at(x, src);
-  }
-
-  // The reference's slice rule: per input dim, first element and step.
-  void slice_spec(const Node& n, const Shape& in, const Shape& out, std::vector<int64_t>* start,
-                  std::vector<int64_t>* step) {
-    auto param = [&](size_t input, const char* attr) -> std::vector<int64_t> {
-      if (g_.opset < 10 || n.input(1) == kNoValue) return n.attr_ints(attr);
-      if (n.input(input) == kNoValue) return {};
-      return int_values(g_, n.input(input));
-    };
-    std::vector<int64_t> starts = param(1, "starts"), axes = param(3, "axes"),
-                         steps = param(4, "steps");
-    if (axes.empty())
-      for (size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<int64_t>(k));
-    if (steps.empty()) steps.assign(starts.size(), 1);
-    const int64_t rank = static_cast<int64_t>(in.size());
-    start->assign(rank, 0);
-    step->assign(rank, 1);
-    for (size_t k = 0; k < starts.size(); ++k) {
-      int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
-      int64_t d = in[a], s = steps[k];
-      int64_t b = starts[k] < 0 ? starts[k] + d : starts[k];
-      b = s > 0 ? std::clamp<int64_t>(b, 0, d) : std::clamp<int64_t>(b, 0, d - 1);
-      (*start)[a] = out[a] ? b : 0;
-      (*step)[a] = s;
-    }
   }
 
   // ------------------------------------------------------------------------ schedule
@@ -824,16 +912,26 @@ void describe_attr(std::string& s, const Attribute& a) {
 
 }  // namespace
 
+halide_type_t buffer_type(DType dtype) {
+  return halide_type(dtype);
+}
+
 std::string unsupported_reason(const Graph& g, const Node& n) {
   if (!n.domain.empty()) return "domain " + n.domain;
   const std::string& op = n.op_type;
   if (!kUnary.count(op) && !kBinary.count(op) && !kReduce.count(op) && !kSoftmax.count(op) &&
-      !kReshape.count(op) && !kLayout.count(op))
+      !kReshape.count(op) && !kLayout.count(op) && !kOther.count(op))
     return "op not lowered";
+  if (op == "LayerNormalization") {
+    for (size_t k = 1; k < n.outputs.size(); ++k)
+      if (n.outputs[k] != kNoValue) return "Mean/InvStdDev outputs";
+    if (n.attr_int("stash_type", 1) != 1) return "stash_type is not float";
+  }
   for (ValueId v : n.outputs) {
     if (v == kNoValue) continue;
     const Value& val = g.value(v);
-    if (val.dtype != DType::kFloat32) return "output is not float32";
+    if (moves_data(op) ? !buffer_dtype(val.dtype) : val.dtype != DType::kFloat32)
+      return fmt::format("output of type {}, not float32", dtype_name(val.dtype));
     if (!val.shape_known) return "unknown shape";
     if (val.shape.size() > 16) return "rank > 16";
     int64_t numel = 1;
@@ -847,7 +945,13 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
     const Value& val = g.value(v);
     if (needs_constant(op, i) && !val.is_constant()) return "shape/axes input is not constant";
     if (is_param_input(op, i)) continue;
-    if (val.dtype != DType::kFloat32) return "input is not float32";
+    if (op == "Gather" && i == 1) {
+      if (val.dtype != DType::kInt64 && val.dtype != DType::kInt32) return "indices not int32/64";
+    } else if (op == "Where" && i == 0) {
+      if (val.dtype != DType::kBool) return "condition is not bool";
+    } else if (moves_data(op) ? !buffer_dtype(val.dtype) : val.dtype != DType::kFloat32) {
+      return fmt::format("input of type {}, not float32", dtype_name(val.dtype));
+    }
     if (val.shape.size() > 16) return "rank > 16";
     int64_t numel = 1;
     for (int64_t d : val.shape) numel *= d;
@@ -881,7 +985,9 @@ std::string describe(const Graph& g) {
     std::string s = fmt::format("%{}:{}[{}]", id, dtype_name(val.dtype), fmt::join(val.shape, "x"));
     if (val.is_constant()) {
       const Tensor& t = val.constant;
-      if (t.dtype() == DType::kFloat32 && t.numel() > 1) {
+      // Float and bool constants are buffers; integer ones may be shapes, axes or starts
+      // the code depends on.
+      if ((t.dtype() == DType::kFloat32 || t.dtype() == DType::kBool) && t.numel() > 1) {
         s += "=buf";
       } else {
         s += "=";
@@ -890,7 +996,10 @@ std::string describe(const Graph& g) {
     }
     return s;
   };
-  std::string s = fmt::format("opset {}\n", g.opset);
+  // The lowering's revision: bumped whenever lowering or scheduling changes what a
+  // description compiles to, so that kernels cached on disk before are not reused (the
+  // cache key hashes this text). 2: typed buffers, Gather, Where, LayerNormalization.
+  std::string s = fmt::format("lowering 2\nopset {}\n", g.opset);
   for (ValueId v : g.inputs) s += "in " + ref(v) + "\n";
   for (const Node& n : g.nodes()) {
     s += n.op_type + "(";

@@ -17,6 +17,9 @@ std::string unsupported_reason(const Graph& graph, const Node& node);
 
 // A subgraph lowered to Halide, not yet compiled. The compiled function takes one buffer
 // per `params` entry (subgraph inputs and non-scalar constants) and then one per output.
+// Data is float32 except where an op reads or moves other types: Gather's indices (int32 /
+// int64), Where's condition (bool, read as uint8), and the layout ops' data (int32, int64,
+// bool: GPT-2 reshapes its input_ids before the embedding Gather).
 struct Lowered {
   Halide::Pipeline pipeline;
   std::vector<Halide::Argument> arguments;
@@ -24,10 +27,15 @@ struct Lowered {
     int input = -1;   // index into the subgraph's inputs, or -1 for `constant`
     Tensor constant;  // non-scalar constants travel as buffers, not in the code
     Shape shape;
+    DType dtype = DType::kFloat32;
   };
   std::vector<Param> params;
   std::vector<Shape> output_shapes;
+  std::vector<DType> output_dtypes;
 };
+
+// The buffer element type of a dtype the lowering handles (bool is one byte: uint8).
+halide_type_t buffer_type(DType dtype);
 
 // Throws Error(kUnsupported) naming the first node it cannot lower.
 Lowered lower(const Graph& subgraph);

@@ -16,7 +16,7 @@ std::string library_version() {
 }
 
 std::string backend_version() {
-  constexpr int kKernelRevision = 4;
+  constexpr int kKernelRevision = 5;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

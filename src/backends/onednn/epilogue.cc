@@ -202,9 +202,65 @@ std::optional<std::vector<PostOp>> node_post_ops(const Graph& g, const Node& nod
   return unary_post_ops(g, node);
 }
 
+namespace {
+
+// The tanh-approximated GELU GPT-2 exports ("gelu_new"): 0.5x * (1 + tanh(sqrt(2/pi) *
+// (x + 0.044715 x^3))) as Mul(x, 0.5), Pow(x, 3), Mul(., 0.044715), Add(x, .),
+// Mul(., sqrt(2/pi)), Tanh, Add(., 1), Mul(half_x, .): x has exactly those three readers.
+std::optional<TailStep> match_gelu_tanh(const Graph& g, const Consumers& consumers, ValueId x) {
+  const std::vector<NodeId>& readers = consumers[x];
+  if (readers.size() != 3) return std::nullopt;
+  NodeId half = -1, cube = -1, sum = -1;
+  for (NodeId r : readers) {
+    const Node& n = g.node(r);
+    if (!n.domain.empty() || !single_output(n)) return std::nullopt;
+    std::optional<ValueId> o = other_input(n, x);
+    if (!o) return std::nullopt;
+    if (n.op_type == "Mul" && near(scalar_constant(g, *o), 0.5))
+      half = r;
+    else if (n.op_type == "Pow" && n.input(0) == x && near(scalar_constant(g, *o), 3.0))
+      cube = r;
+    else if (n.op_type == "Add")
+      sum = r;
+  }
+  if (half < 0 || cube < 0 || sum < 0) return std::nullopt;
+  NodeId scaled_id, inner_id, tanh_id, one_id, out_id;
+  const Node* scaled = sole_reader(g, consumers, g.node(cube).outputs[0], "Mul", &scaled_id);
+  if (!scaled) return std::nullopt;
+  std::optional<ValueId> c = other_input(*scaled, g.node(cube).outputs[0]);
+  const std::optional<ValueId> added = other_input(g.node(sum), x);
+  if (!c || !near(scalar_constant(g, *c), 0.044715) || !added || *added != scaled->outputs[0] ||
+      !interior(g, consumers, scaled->outputs[0], sum))
+    return std::nullopt;
+  const Node* inner = sole_reader(g, consumers, g.node(sum).outputs[0], "Mul", &inner_id);
+  if (!inner) return std::nullopt;
+  c = other_input(*inner, g.node(sum).outputs[0]);
+  if (!c || !near(scalar_constant(g, *c), std::sqrt(2.0 / M_PI))) return std::nullopt;
+  const Node* t = sole_reader(g, consumers, inner->outputs[0], "Tanh", &tanh_id);
+  if (!t) return std::nullopt;
+  const Node* one = sole_reader(g, consumers, t->outputs[0], "Add", &one_id);
+  if (!one) return std::nullopt;
+  c = other_input(*one, t->outputs[0]);
+  if (!c || !near(scalar_constant(g, *c), 1.0)) return std::nullopt;
+  const Node* out = sole_reader(g, consumers, one->outputs[0], "Mul", &out_id);
+  if (!out) return std::nullopt;
+  const std::optional<ValueId> h = other_input(*out, one->outputs[0]);
+  if (!h || *h != g.node(half).outputs[0] || !interior(g, consumers, *h, out_id))
+    return std::nullopt;
+  if (!is_f32(g, out->outputs[0]) || g.value(out->outputs[0]).shape != g.value(x).shape)
+    return std::nullopt;
+  std::vector<NodeId> nodes = {half, cube, sum, scaled_id, inner_id, tanh_id, one_id, out_id};
+  std::sort(nodes.begin(), nodes.end());
+  return TailStep{nodes, out->outputs[0], {eltwise(alg::eltwise_gelu_tanh)}};
+}
+
+}  // namespace
+
 std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, ValueId x,
                                    bool whole_reader) {
   if (!is_f32(g, x)) return std::nullopt;
+  // Both forms read x from every node that reads it: whole_reader holds by construction.
+  if (std::optional<TailStep> t = match_gelu_tanh(g, consumers, x)) return t;
   const std::vector<NodeId>& readers = consumers[x];
   for (NodeId s_id : readers) {
     // x / sqrt(2) (or x * 1/sqrt(2)) -> Erf -> + 1.
@@ -284,23 +340,76 @@ std::optional<TailStep> match_fused_activation(const Graph& g, const Consumers& 
   return match_swish(g, consumers, x, whole_reader);
 }
 
-std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumers, ValueId cur) {
+bool moves_only_unit_dims(const Shape& in, const Node& transpose) {
+  std::vector<int64_t> perm = transpose.attr_ints("perm");
+  if (perm.empty())
+    for (size_t d = 0; d < in.size(); ++d) perm.push_back(static_cast<int64_t>(in.size() - 1 - d));
+  int64_t last = -1;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(in.size())) return false;
+    if (in[p] == 1) continue;
+    if (p < last) return false;
+    last = p;
+  }
+  return true;
+}
+
+std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumers, ValueId cur,
+                                       bool through_reshape) {
   if (is_graph_output(g, cur)) return std::nullopt;
   const std::vector<NodeId>& readers = consumers[cur];
+  if (readers.size() == 1 && through_reshape) {
+    const Node& n = g.node(readers[0]);
+    const std::string& t = n.op_type;
+    if (n.domain.empty() && single_output(n) && n.input(0) == cur &&
+        (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze" ||
+         (t == "Transpose" && moves_only_unit_dims(g.value(cur).shape, n))) &&
+        is_f32(g, n.outputs[0])) {
+      TailStep step{{readers[0]}, n.outputs[0], {}};
+      step.reshape = true;
+      return step;
+    }
+  }
   if (readers.size() == 1) {
     std::optional<std::vector<PostOp>> ops = node_post_ops(g, g.node(readers[0]), cur);
     if (!ops) return std::nullopt;
     return TailStep{{readers[0]}, g.node(readers[0]).outputs[0], std::move(*ops)};
   }
-  if (readers.size() == 2) return match_fused_activation(g, consumers, cur, true);
+  if (readers.size() == 2 || readers.size() == 3)
+    return match_fused_activation(g, consumers, cur, true);
   return std::nullopt;
 }
 
-Tail parse_tail(const Graph& subgraph, ValueId cur, std::vector<bool> covered) {
+namespace {
+
+// A post-op operand shaped for the value after a reshape `from` -> `to`, shaped for the
+// value before it instead (both row-major: the same element order).
+std::optional<Shape> operand_before_reshape(const Shape& operand, const Shape& before,
+                                            const Shape& after) {
+  if (shape_numel(operand) == 1) return Shape(before.size(), 1);
+  if (operand == after) return before;
+  bool last_only = !after.empty() && !before.empty() && operand.back() == after.back() &&
+                   after.back() == before.back();
+  for (size_t i = 0; i + 1 < operand.size(); ++i) last_only &= operand[i] == 1;
+  if (last_only) {
+    Shape s(before.size(), 1);
+    s.back() = before.back();
+    return s;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Tail parse_tail(const Graph& subgraph, ValueId cur, std::vector<bool> covered,
+                bool through_reshape) {
   const Consumers consumers = subgraph.consumers();
   Tail tail;
+  // The shapes each reshape step went between, in order: later operands are mapped back
+  // through them to the head's output shape.
+  std::vector<std::pair<Shape, Shape>> reshapes;
   while (std::find(covered.begin(), covered.end(), false) != covered.end()) {
-    std::optional<TailStep> step = next_tail_step(subgraph, consumers, cur);
+    std::optional<TailStep> step = next_tail_step(subgraph, consumers, cur, through_reshape);
     if (!step)
       fail(ErrorKind::kUnsupported,
            "onednn: the nodes after '{}' are not an elementwise tail it can fuse (or '{}' is "
@@ -310,7 +419,20 @@ Tail parse_tail(const Graph& subgraph, ValueId cur, std::vector<bool> covered) {
       if (covered[n]) fail(ErrorKind::kUnsupported, "onednn: tail revisits a node");
       covered[n] = true;
     }
-    tail.ops.insert(tail.ops.end(), step->ops.begin(), step->ops.end());
+    if (step->reshape)
+      reshapes.emplace_back(subgraph.value(cur).shape, subgraph.value(step->out).shape);
+    for (PostOp op : step->ops) {
+      if (op.kind == PostOp::Kind::kBinary)
+        for (size_t r = reshapes.size(); r-- > 0;) {
+          std::optional<Shape> s =
+              operand_before_reshape(op.operand_shape, reshapes[r].first, reshapes[r].second);
+          if (!s)
+            fail(ErrorKind::kUnsupported, "onednn: operand {} after a reshape in the tail",
+                 shape_to_string(op.operand_shape));
+          op.operand_shape = *s;
+        }
+      tail.ops.push_back(std::move(op));
+    }
     cur = step->out;
   }
   if (subgraph.outputs != std::vector<ValueId>{cur})

@@ -29,6 +29,7 @@ struct TailStep {
   std::vector<NodeId> nodes;
   ValueId out = kNoValue;
   std::vector<PostOp> ops;
+  bool reshape = false;  // a Reshape/Flatten/Squeeze/Unsqueeze: no op, the same data
 };
 
 using Consumers = std::vector<std::vector<NodeId>>;
@@ -37,7 +38,8 @@ using Consumers = std::vector<std::vector<NodeId>>;
 // post-ops and keeps the shape of `cur`.
 std::optional<std::vector<PostOp>> node_post_ops(const Graph& g, const Node& node, ValueId cur);
 
-// An exported erf-GELU reading `x`: its five nodes and output. With `whole_reader`, every
+// An exported GELU reading `x`: the erf form's five nodes (x * 0.5 * (1 + Erf(x / sqrt 2)))
+// or the tanh form's eight (GPT-2's gelu_new), and its output. With `whole_reader`, every
 // reader of x must be in it (x is an interior value of a fused kernel).
 std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, ValueId x,
                                    bool whole_reader);
@@ -53,7 +55,17 @@ std::optional<TailStep> match_fused_activation(const Graph& g, const Consumers& 
 
 // The step that reads `cur` next in a tail: all of cur's readers must be in it, so cur
 // need not be materialised. Stops (nullopt) at graph outputs.
-std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumers, ValueId cur);
+// A Transpose of an input shaped `in` that keeps the order of the dims larger than 1 (ViT's
+// [S, 1, E] <-> [1, S, E]) moves no data: it is a reshape.
+bool moves_only_unit_dims(const Shape& in, const Node& transpose);
+
+// With `through_reshape`, a sole reader that only reshapes (row-major data unchanged: a
+// Reshape, Flatten, Squeeze, Unsqueeze, or a Transpose moving only size-1 dims) is a
+// step too: GPT-2's Conv1D is Gemm then Reshape back to [1, S, N] before its GELU or
+// residual Add. MatMul/Gemm heads take it (their dst is plain); the onednn-graph regions,
+// whose groups may be blocked, do not.
+std::optional<TailStep> next_tail_step(const Graph& g, const Consumers& consumers, ValueId cur,
+                                       bool through_reshape = false);
 
 // Parses every node of `subgraph` not yet in `covered` as a tail reading `cur`, in steps;
 // throws kUnsupported when some node does not fit or an interior value is an output.
@@ -62,7 +74,11 @@ struct Tail {
   std::vector<PostOp> ops;
   ValueId out = kNoValue;
 };
-Tail parse_tail(const Graph& subgraph, ValueId cur, std::vector<bool> covered);
+// With `through_reshape` (see next_tail_step), post-op operands after a reshape are mapped
+// back to the head's output shape: scalars, full-size tensors, and per-last-dim vectors
+// when the reshape keeps the last dim; others are kUnsupported.
+Tail parse_tail(const Graph& subgraph, ValueId cur, std::vector<bool> covered,
+                bool through_reshape = false);
 
 // Post-ops ready for a primitive: built against the primitive's dst dims.
 struct BoundPostOps {

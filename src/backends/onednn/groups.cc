@@ -104,9 +104,9 @@ bool elementwise_head(const Graph& g, const Node& n, ValueId* x) {
 std::vector<Match> grow_tails(const Graph& g) {
   const Consumers consumers = g.consumers();
   std::vector<Match> out;
-  auto grow = [&](std::vector<NodeId> region, ValueId cur) {
+  auto grow = [&](std::vector<NodeId> region, ValueId cur, bool through_reshape = false) {
     for (int k = 0; k < kMaxTail; ++k) {
-      std::optional<TailStep> step = next_tail_step(g, consumers, cur);
+      std::optional<TailStep> step = next_tail_step(g, consumers, cur, through_reshape);
       if (!step) break;
       region.insert(region.end(), step->nodes.begin(), step->nodes.end());
       cur = step->out;
@@ -115,8 +115,23 @@ std::vector<Match> grow_tails(const Graph& g) {
   };
   for (size_t h = 0; h < g.num_nodes(); ++h) {
     const Node& n = g.node(static_cast<NodeId>(h));
+    const bool matmul = n.op_type == "MatMul" || n.op_type == "Gemm";
     if (primitive_head(g, n) || elementwise_head(g, n))
-      grow({static_cast<NodeId>(h)}, n.outputs[0]);
+      grow({static_cast<NodeId>(h)}, n.outputs[0], matmul);
+    // A MatMul/Gemm reading a reshape of its A (and nothing else reading it): the reshape
+    // joins the kernel as a view (emit_matmul).
+    const ValueId a = n.input(0);
+    const NodeId r = matmul && primitive_head(g, n) && a != kNoValue ? g.value(a).producer : -1;
+    if (r < 0 || consumers[a].size() != 1 || n.input(1) == a ||
+        std::find(g.outputs.begin(), g.outputs.end(), a) != g.outputs.end())
+      continue;
+    const Node& rn = g.node(r);
+    if (!is_reshape_node(g, rn) || g.value(rn.input(0)).is_constant() ||
+        g.value(rn.input(0)).dtype != DType::kFloat32)
+      continue;
+    const std::vector<NodeId> pair = sorted({r, static_cast<NodeId>(h)});
+    out.push_back(Match{pair});
+    grow(pair, n.outputs[0], true);
   }
   for (size_t v = 0; v < g.num_values(); ++v) {
     std::optional<TailStep> gelu =
@@ -147,6 +162,7 @@ void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algo
     values.reshape(first.outputs[0], first.input(0), sub.value(first.outputs[0]).shape);
     return;
   }
+  if (leads_matmul(sub)) return emit_matmul(sub, values);
   if ((t == "Reshape" && sub.num_nodes() == 3) || layout_head(sub, first))
     return emit_layout(sub, values);
   if (t == "Conv" && conv_dw_group(sub)) return emit_conv_dw(sub, values);

@@ -44,8 +44,14 @@ NodeId depthwise_post_op(const Graph& g, const std::vector<std::vector<NodeId>>&
 void emit_conv_dw(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_conv_dw(const Graph& subgraph);
 // MatMul (batched, broadcasting) / Gemm (transA/B, alpha, beta, C) + tail.  matmul_kernel.cc
+// Node 0 may be a Reshape/Flatten/Squeeze/Unsqueeze of A (read in place), then the head.
 void emit_matmul(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_matmul(const Graph& subgraph);
+// Whether `subgraph` starts with a reshape whose only use is node 1's A (a MatMul/Gemm).
+bool leads_matmul(const Graph& subgraph);
+// Reshape, Flatten, Squeeze, Unsqueeze, or a Transpose moving only size-1 dims: the same
+// row-major data under another shape.  matmul_kernel.cc
+bool is_reshape_node(const Graph& graph, const Node& node);
 // Max/Average/GlobalMax/GlobalAverage pooling + tail.  pool_kernel.cc
 void emit_pool(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_pool(const Graph& subgraph);

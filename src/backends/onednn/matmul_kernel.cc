@@ -92,10 +92,29 @@ PostOp add_operand(const Graph& sub, ValueId c, float beta, size_t rank) {
 
 }  // namespace
 
+bool is_reshape_node(const Graph& g, const Node& n) {
+  const std::string& t = n.op_type;
+  if (!n.domain.empty() || n.outputs.empty() || n.input(0) == kNoValue) return false;
+  return t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze" ||
+         (t == "Transpose" && moves_only_unit_dims(g.value(n.input(0)).shape, n));
+}
+
+bool leads_matmul(const Graph& sub) {
+  if (sub.num_nodes() < 2 || !is_reshape_node(sub, sub.node(0))) return false;
+  const Node& head = sub.node(1);
+  return (head.op_type == "MatMul" || head.op_type == "Gemm") && head.domain.empty() &&
+         head.input(0) == sub.node(0).outputs[0] && head.input(1) != sub.node(0).outputs[0];
+}
+
 void emit_matmul(const Graph& sub, ValueMemories& values) {
-  const Node& node = sub.node(0);
+  // A leading reshape of A (HF's Conv1D: Reshape to [-1, in], then Gemm) is a view of its
+  // input's row-major data: no copy.
+  const bool lead = leads_matmul(sub);
+  const Node& node = sub.node(lead ? 1 : 0);
   const bool gemm = node.op_type == "Gemm";
   const ValueId a = node.input(0), b = node.input(1), y = node.outputs[0];
+  const ValueId a_source = lead ? sub.node(0).input(0) : a;
+  if (lead) require_f32(sub, a_source, "reshaped MatMul A");
   require_f32(sub, a, "MatMul A");
   require_f32(sub, b, "MatMul B");
   require_f32(sub, y, "MatMul output");
@@ -105,7 +124,8 @@ void emit_matmul(const Graph& sub, ValueMemories& values) {
 
   std::vector<bool> covered(sub.num_nodes(), false);
   covered[0] = true;
-  Tail tail = parse_tail(sub, y, covered);
+  if (lead) covered[1] = true;
+  Tail tail = parse_tail(sub, y, covered, /*through_reshape=*/true);
 
   MatmulShape m;
   dnnl::memory::desc a_view, b_view;
@@ -151,7 +171,7 @@ void emit_matmul(const Graph& sub, ValueMemories& values) {
     if (sub.value(v).is_constant()) return program.constant(sub.value(v).constant, view, view);
     return values.view(v, view);
   };
-  dnnl::memory a_mem = operand(a, a_view);
+  dnnl::memory a_mem = operand(a_source, a_view);
 
   std::optional<std::vector<float>> bias;
   if (m.has_n && !output_scale && !ys.empty())

@@ -3,6 +3,7 @@
 // work (primitive creation, weight packing) and the fusion of tails.
 #include <algorithm>
 
+#include "backends/onednn/attention.h"
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
@@ -136,7 +137,14 @@ class OnednnBackend : public Backend {
         "tail: one primitive with the depthwise conv as a post-op (append_dw), where oneDNN "
         "has a jit implementation of it";
     dw.generate = grow_conv_dw;
-    return {rule, dw};
+    FusionRule attention;
+    attention.name = "attention";
+    attention.description =
+        "softmax(scale * Q.K^T [+ mask | Where mask]) . V as one kernel, with or without the "
+        "heads' Reshape/Transpose/Split/Slice views, the merge of heads, and the q/k/v "
+        "projections (one GEMM, weights concatenated)";
+    attention.generate = attention_matches;
+    return {rule, dw, attention};
   }
 
   // A Conv group oneDNN can run with Winograd is offered as "winograd" too (measured 1.4-1.9x
@@ -160,6 +168,8 @@ class OnednnBackend : public Backend {
       if (subgraph.num_nodes() == 1 && is_view_op(first))
         return compile_group(
             subgraph, [](const Graph& sub, ValueMemories& values) { emit_group(sub, values); });
+      if (is_attention(subgraph)) return compile_attention(subgraph, options.threads);
+      if (leads_matmul(subgraph)) return compile_matmul(subgraph);
       if ((subgraph.num_nodes() == 1 && layout_head(subgraph, first)) ||
           (t == "Reshape" && subgraph.num_nodes() == 3))
         return compile_layout(subgraph);
