@@ -162,7 +162,6 @@ void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algo
     values.reshape(first.outputs[0], first.input(0), sub.value(first.outputs[0]).shape);
     return;
   }
-  if (leads_matmul(sub)) return emit_matmul(sub, values);
   if ((t == "Reshape" && sub.num_nodes() == 3) || layout_head(sub, first))
     return emit_layout(sub, values);
   if (t == "Conv" && conv_dw_group(sub)) return emit_conv_dw(sub, values);
