@@ -5,6 +5,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -69,6 +71,25 @@ inline void set_threads_from_env(const char* variable, int fallback = 1) {
 }
 inline CompileOptions bench_options() {
   return CompileOptions{"", bench_threads()};
+}
+
+// Registers the "min" statistic on `b` (kept by TimeKeepingReporter with aggregate "min"):
+// with --benchmark_repetitions, the least disturbed run on a shared machine.
+inline benchmark::internal::Benchmark* with_min_statistic(benchmark::internal::Benchmark* b) {
+  return b->ComputeStatistics(
+      "min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
+}
+
+// Runs the registered benchmarks into `reporter`, saying first which time its table shows.
+inline int run_benchmarks(int* argc, char** argv, benchmark::BenchmarkReporter& reporter) {
+  benchmark::Initialize(argc, argv);
+  std::printf("table times: %s\n",
+              bench_threads() == 1
+                  ? "CPU time of the one thread (preemption does not count; shared caches still do)"
+                  : "wall time");
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
 }
 
 }  // namespace collage::bench

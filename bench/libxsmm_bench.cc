@@ -122,19 +122,10 @@ int main(int argc, char** argv) {
   collage::bench::set_threads_from_env("LIBXSMM_BENCH_THREADS");
   for (const auto& c : collage::kCases)
     for (const char* b : collage::kBackends)
-      benchmark::RegisterBenchmark((std::string(b) + "/" + c.name).c_str(), collage::BM_Kernel, c,
-                                   std::string(b))
-          ->Unit(benchmark::kMicrosecond)
-          ->ComputeStatistics("min", [](const std::vector<double>& v) {
-            return *std::min_element(v.begin(), v.end());
-          });
-  benchmark::Initialize(&argc, argv);
+      collage::bench::with_min_statistic(
+          benchmark::RegisterBenchmark((std::string(b) + "/" + c.name).c_str(), collage::BM_Kernel,
+                                       c, std::string(b))
+              ->Unit(benchmark::kMicrosecond));
   collage::TableReporter reporter;
-  std::printf("table times: %s\n",
-              collage::bench::bench_threads() == 1
-                  ? "CPU time of the one thread (preemption does not count; shared caches still do)"
-                  : "wall time");
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::Shutdown();
-  return 0;
+  return collage::bench::run_benchmarks(&argc, argv, reporter);
 }

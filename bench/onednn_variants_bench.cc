@@ -207,28 +207,17 @@ int main(int argc, char** argv) {
   collage::bench::set_threads_from_env("ONEDNN_BENCH_THREADS");
   for (const auto& c : collage::kConvs)
     for (const char* v : {"", "winograd"})
-      benchmark::RegisterBenchmark((std::string(*v ? v : "direct") + "/" + c.name).c_str(),
-                                   collage::BM_Conv, c, std::string(v))
-          ->Unit(benchmark::kMicrosecond)
-          ->ComputeStatistics("min", [](const std::vector<double>& v) {
-            return *std::min_element(v.begin(), v.end());
-          });
+      collage::bench::with_min_statistic(
+          benchmark::RegisterBenchmark((std::string(*v ? v : "direct") + "/" + c.name).c_str(),
+                                       collage::BM_Conv, c, std::string(v))
+              ->Unit(benchmark::kMicrosecond));
   const char* kHow[] = {"fused", "separate", "region"};
   for (const auto& e : collage::kExpansions)
     for (int how = 0; how < 3; ++how)
-      benchmark::RegisterBenchmark((std::string(kHow[how]) + "/" + e.name).c_str(),
-                                   collage::BM_Expansion, e, how)
-          ->Unit(benchmark::kMicrosecond)
-          ->ComputeStatistics("min", [](const std::vector<double>& v) {
-            return *std::min_element(v.begin(), v.end());
-          });
-  benchmark::Initialize(&argc, argv);
+      collage::bench::with_min_statistic(
+          benchmark::RegisterBenchmark((std::string(kHow[how]) + "/" + e.name).c_str(),
+                                       collage::BM_Expansion, e, how)
+              ->Unit(benchmark::kMicrosecond));
   collage::TableReporter reporter;
-  std::printf("table times: %s\n",
-              collage::bench::bench_threads() == 1
-                  ? "CPU time of the one thread (preemption does not count; shared caches still do)"
-                  : "wall time");
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  benchmark::Shutdown();
-  return 0;
+  return collage::bench::run_benchmarks(&argc, argv, reporter);
 }
