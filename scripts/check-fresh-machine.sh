@@ -42,7 +42,9 @@ mirror=${mirror:-http://deb.debian.org/debian}
 # The default reaches every package the tests use: pybind11 + numpy + pytest (python, cli),
 # CMake's find_package of an installed tree (install), the PostgreSQL server (costdb), and
 # python3-torch/torchvision/onnx (models_export writes the exported models).
-TESTS=${FRESH_TESTS:--L 'unit|python|cli|install|costdb|models_export'}
+# The quotes stay in TESTS (the inner shell of run_in_root parses them): unquoted, its '|'
+# would be pipes there.
+TESTS=${FRESH_TESTS:-"-L 'unit|python|cli|install|costdb|models_export'"}
 
 ROOT=$(mktemp -d "${TMPDIR:-/var/tmp}/collage-fresh.XXXXXX")
 start=$(date +%s)
@@ -101,7 +103,8 @@ fi
 stamp "ctest $TESTS (a quick part of make test)"
 if ! run_in_root "cd build && ctest $TESTS -j\$(nproc) --timeout 1500" >"$ROOT/test.log" 2>&1; then
   echo "check-fresh-machine: tests FAILED"
-  grep -E 'Failed|\*\*\*|tests passed' "$ROOT/test.log" | head -n 30
+  grep -E 'Failed|\*\*\*|tests passed' "$ROOT/test.log" | head -n 30 ||
+    tail -n 30 "$ROOT/test.log"
   exit 1
 fi
 tail -n 4 "$ROOT/test.log"
