@@ -133,8 +133,17 @@ class PostgresCostDb : public CostDbEngine {
   // PgFailure becomes Error(kIo) naming the database.
   template <typename F>
   auto transaction(F&& body) -> decltype(body());
+  // Runs `body` (one statement in autocommit) again once the connection is back, if it was
+  // lost; PgFailure becomes Error(kIo) naming the database.
   template <typename F>
   auto statement(F&& body) -> decltype(body());
+  // The session settings every connection gets (and gets again after a reset).
+  void configure_session();
+  // Whether the connection was lost (the server restarted, an administrator ended the
+  // session, the network dropped it) and is back after PQreset: a tuner or a worker then
+  // goes on instead of failing hours into a run. Retried for ~5 s, long enough for a
+  // server restart.
+  bool reconnected();
   Inspection inspect();
   void create_schema();
   CostRecord record_from(PGresult* r, int row, int first);
@@ -157,12 +166,7 @@ PostgresCostDb::PostgresCostDb(const std::string& url, std::string shown, CostDb
   // NOTICEs ("relation already exists, skipping") are not the user's business.
   PQsetNoticeProcessor(
       conn_, [](void*, const char*) {}, nullptr);
-  // Commits do not wait for the server's disk (docs/DESIGN.md, "Cost database"): a server
-  // crash may lose this session's last few hundred milliseconds of claims and records, and
-  // what it loses is consistent (a record and its job's deletion are one transaction), so
-  // an expired claim is measured again. Waiting for the disk tripled a job's queue overhead
-  // here (two commits: 3-4 ms each with fsync).
-  PQclear(PQexec(conn_, "SET synchronous_commit = off"));
+  configure_session();
   Inspection found = transaction([&] {
     run("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
     return inspect();
@@ -189,6 +193,30 @@ PostgresCostDb::PostgresCostDb(const std::string& url, std::string shown, CostDb
          "point --cost-db at another database (or schema, with ?options=-csearch_path%3DNAME)",
          shown_, found.why);
   version_ = found.version;
+}
+
+void PostgresCostDb::configure_session() {
+  // Commits do not wait for the server's disk (docs/DESIGN.md, "Cost database"): a server
+  // crash may lose this session's last few hundred milliseconds of claims and records, and
+  // what it loses is consistent (a record and its job's deletion are one transaction), so
+  // an expired claim is measured again. Waiting for the disk tripled a job's queue overhead
+  // here (two commits: 3-4 ms each with fsync).
+  PQclear(PQexec(conn_, "SET synchronous_commit = off"));
+}
+
+bool PostgresCostDb::reconnected() {
+  if (PQstatus(conn_) != CONNECTION_BAD) return false;
+  constexpr int kAttempts = 10;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100 * attempt));
+    PQreset(conn_);
+    if (PQstatus(conn_) != CONNECTION_OK) continue;
+    prepared_.clear();  // prepared statements died with the old session
+    configure_session();
+    spdlog::warn("cost database {}: the connection was lost; reconnected", shown_);
+    return true;
+  }
+  return false;
 }
 
 Result PostgresCostDb::run(const char* sql, const std::vector<Param>& params, bool binary) {
@@ -250,6 +278,8 @@ auto PostgresCostDb::transaction(F&& body) -> decltype(body()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1 + attempt));
         continue;
       }
+      // A transaction cut by a lost connection was rolled back by the server: run it again.
+      if (attempt < 20 && reconnected()) continue;
       fail(ErrorKind::kIo, "cost database {}: {}", shown_, e.what());
     } catch (...) {
       PQclear(PQexec(conn_, "ROLLBACK"));
@@ -260,10 +290,16 @@ auto PostgresCostDb::transaction(F&& body) -> decltype(body()) {
 
 template <typename F>
 auto PostgresCostDb::statement(F&& body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const PgFailure& e) {
-    fail(ErrorKind::kIo, "cost database {}: {}", shown_, e.what());
+  // Every statement here may run twice: a lost connection can hide whether it committed.
+  // Records and job deletions are idempotent (first record wins); a claim that committed
+  // unseen stays claimed until its lease expires, then another process takes it.
+  for (int attempt = 0;; ++attempt) {
+    try {
+      return body();
+    } catch (const PgFailure& e) {
+      if (attempt < 3 && reconnected()) continue;
+      fail(ErrorKind::kIo, "cost database {}: {}", shown_, e.what());
+    }
   }
 }
 

@@ -9,6 +9,8 @@ the reason, only where the server binaries are absent.
   the plan is the one a single-machine tune makes from the same costs;
 - a worker killed with SIGKILL while it holds a job loses nothing: another worker measures
   that job once its lease expires, and the tune completes;
+- a connection the server ends (an administrator, a restart) is reset: the tuner waiting
+  for its jobs and a worker holding one both go on, and every job is measured once;
 - `costs export/import` between SQLite and PostgreSQL and between two SQLite files, refusing
   a source of another schema version.
 """
@@ -196,6 +198,52 @@ def test_a_worker_killed_mid_job_loses_nothing(cli, pg, model, tmp_path):
     for key in held:
         assert pg.psql(f"SELECT measured_by FROM costs WHERE key = '{key}'", db).strip() == \
             report["owner"]
+    assert pg.psql("SELECT count(*) FROM jobs", db).strip() == "0"
+
+
+def end_sessions(pg, db):
+    """Ends every session of database `db` but psql's own, as an administrator or a server
+    restart would; returns how many."""
+    return int(pg.psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                       f" WHERE datname = '{db}' AND pid <> pg_backend_pid()", db))
+
+
+def test_lost_connections_are_reset_and_the_tune_goes_on(cli, pg, model, tmp_path):
+    db = "lost"
+    url = pg.create_database(db)
+    run(cli, "costs", "stats", "--cost-db", url)
+    tune = subprocess.Popen([cli, *tune_args(model, url, tmp_path / "plan.json", "--distributed",
+                                             "--claim-timeout", "120")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The tuner has published its jobs and waits for workers: end its session.
+    deadline = time.monotonic() + 120
+    while pg.psql("SELECT count(*) FROM jobs", db).strip() == "0":
+        assert time.monotonic() < deadline, "the tuner never published its jobs"
+        assert tune.poll() is None, tune.communicate()
+        time.sleep(0.01)
+    assert end_sessions(pg, db) >= 1
+    # A worker holding a job (stopped, so that it cannot finish it first) loses its session.
+    worker = start_worker(cli, url)
+    owned = f"owner LIKE '%:{worker.pid}:%'"
+    while True:
+        assert time.monotonic() < deadline, "the worker never held a job"
+        assert tune.poll() is None, tune.communicate()
+        if pg.psql(f"SELECT count(*) FROM jobs WHERE {owned}", db).strip() != "0":
+            worker.send_signal(signal.SIGSTOP)
+            if pg.psql(f"SELECT count(*) FROM jobs WHERE {owned}", db).strip() != "0":
+                break
+            worker.send_signal(signal.SIGCONT)
+        time.sleep(0.005)
+    assert end_sessions(pg, db) >= 2  # the tuner's (again) and the worker's
+    worker.send_signal(signal.SIGCONT)
+    out, err = tune.communicate(timeout=300)
+    assert tune.returncode == 0, err
+    assert "reconnected" in err, err
+    report = stop_worker(worker)
+    t = json.loads(out)
+    rows = kernel_rows(pg, db)
+    assert t["measured"] == 0 and t["measured_elsewhere"] == rows, t
+    assert report["measured"] == rows and report["stored_elsewhere"] == 0, report
     assert pg.psql("SELECT count(*) FROM jobs", db).strip() == "0"
 
 
