@@ -47,6 +47,9 @@ mirror=${mirror:-http://deb.debian.org/debian}
 TESTS=${FRESH_TESTS:-"-L 'unit|python|cli|install|costdb|models_export'"}
 
 ROOT=$(mktemp -d "${TMPDIR:-/var/tmp}/collage-fresh.XXXXXX")
+# mktemp makes the folder 0700; as the root's "/" that would lock every user but root out
+# of the whole system (a test running a server as nobody could not load its libraries).
+chmod 755 "$ROOT"
 start=$(date +%s)
 cleanup() {
   for m in dev/pts dev sys proc; do umount -l "$ROOT/$m" 2>/dev/null || true; done
