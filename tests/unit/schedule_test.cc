@@ -162,13 +162,9 @@ TEST(Schedule, ParallelismNestedInABranchIsFoundWhenTheOuterOneDoesNotPay) {
   EXPECT_NEAR(p.predicted_ms, 1 + 1 + (1.1 + 0.1) + 1 + 0.1 + 1, 1e-12);
 }
 
-// A whole CNN with concurrent stages wherever the graph allows (costs that make every
-// concurrent stage pay), on a real backend's kernels: the outputs equal reference's, run
-// after run, so no two concurrently live values shared bytes and no lane read a value
-// before another lane wrote it.
-TEST(ConcurrentExecutor, ComputesWhatReferenceComputesRunAfterRun) {
-  const Graph g = models::build_zoo_model("googlenet-tiny");
-  const int threads = 2;
+// `g` on onednn's kernels, scheduled with costs that make every concurrent stage pay (each
+// kernel twice as fast on half the threads).
+ScheduledPlan schedule_where_concurrency_pays(const Graph& g, int threads) {
   Backend& backend = BackendRegistry::global().get("onednn");
   Placement placement =
       complete_placement(g, place_on_single_backend(g, backend, threads), threads);
@@ -178,7 +174,17 @@ TEST(ConcurrentExecutor, ComputesWhatReferenceComputesRunAfterRun) {
     table[{c.nodes, 1}] = 0.5;
   }
   TableCosts costs(table, 0.0, 0.0);
-  ScheduledPlan p = choose_schedule(g, placement, costs, threads);
+  return choose_schedule(g, placement, costs, threads);
+}
+
+// A whole CNN with concurrent stages wherever the graph allows (costs that make every
+// concurrent stage pay), on a real backend's kernels: the outputs equal reference's, run
+// after run, so no two concurrently live values shared bytes and no lane read a value
+// before another lane wrote it.
+TEST(ConcurrentExecutor, ComputesWhatReferenceComputesRunAfterRun) {
+  const Graph g = models::build_zoo_model("googlenet-tiny");
+  const int threads = 2;
+  ScheduledPlan p = schedule_where_concurrency_pays(g, threads);
   ASSERT_GE(p.concurrent_stages, 3) << "googlenet-tiny has inception blocks";
   Executor concurrent(g, build_steps(g, p.placement, &p.schedule));
   EXPECT_EQ(concurrent.max_lanes(), 2);
@@ -211,16 +217,7 @@ TEST(ConcurrentExecutor, ComputesWhatReferenceComputesRunAfterRun) {
 TEST(ConcurrentExecutor, VersionOnePlanRunsSequentially) {
   const Graph g = models::build_zoo_model("googlenet-tiny");
   const int threads = 2;
-  Backend& backend = BackendRegistry::global().get("onednn");
-  Placement placement =
-      complete_placement(g, place_on_single_backend(g, backend, threads), threads);
-  std::map<TableCosts::Key, double> table;
-  for (const Candidate& c : placement) {
-    table[{c.nodes, threads}] = 1.0;
-    table[{c.nodes, 1}] = 0.5;
-  }
-  TableCosts costs(table, 0.0, 0.0);
-  ScheduledPlan p = choose_schedule(g, placement, costs, threads);
+  ScheduledPlan p = schedule_where_concurrency_pays(g, threads);
   ASSERT_GE(p.concurrent_stages, 1);
   Executor concurrent(g, build_steps(g, p.placement, &p.schedule));
   nlohmann::json v1 =
