@@ -207,9 +207,7 @@ TEST(CudaGen, CacheServesTheSecondCompileFromDisk) {
   const fs::path dir =
       fs::temp_directory_path() / ("collage-cuda-gen-test-" + std::to_string(getpid()));
   fs::remove_all(dir);
-  const char* old = std::getenv("COLLAGE_CACHE_DIR");
-  const std::string saved = old ? old : "";
-  setenv("COLLAGE_CACHE_DIR", dir.c_str(), 1);
+  testing::ScopedEnv cache_dir("COLLAGE_CACHE_DIR", dir.c_str());
   // A shape no other test uses: new to this process.
   GraphBuilder b(13);
   ValueId x = b.input("x", DType::kFloat32, {3, 1777});
@@ -245,10 +243,6 @@ TEST(CudaGen, CacheServesTheSecondCompileFromDisk) {
   auto rebuilt = cuda_gen::compile_cubin(source, 90);
   EXPECT_EQ(*rebuilt, *first);
   EXPECT_EQ(cuda_gen::compile_stats().compiles, before.compiles + 3);
-  if (old)
-    setenv("COLLAGE_CACHE_DIR", saved.c_str(), 1);
-  else
-    unsetenv("COLLAGE_CACHE_DIR");
   fs::remove_all(dir);
 }
 

@@ -368,9 +368,7 @@ TEST(HalideBackend, DiskCacheServesTheSecondCompile) {
   const fs::path dir =
       fs::temp_directory_path() / ("collage-halide-test-" + std::to_string(getpid()));
   fs::remove_all(dir);
-  const char* old = std::getenv("COLLAGE_CACHE_DIR");
-  const std::string saved = old ? old : "";
-  setenv("COLLAGE_CACHE_DIR", dir.c_str(), 1);
+  testing::ScopedEnv cache_dir("COLLAGE_CACHE_DIR", dir.c_str());
   // A shape no other test uses, so the kernel is new to this process.
   GraphBuilder b;
   ValueId x = b.input("x", DType::kFloat32, {3, 777});
@@ -398,26 +396,16 @@ TEST(HalideBackend, DiskCacheServesTheSecondCompile) {
   // And without dropping it: served from memory.
   halide().compile(g, testing::test_options());
   EXPECT_EQ(halide_backend::cache_stats().memory_hits, second.memory_hits + 1);
-  if (old)
-    setenv("COLLAGE_CACHE_DIR", saved.c_str(), 1);
-  else
-    unsetenv("COLLAGE_CACHE_DIR");
   fs::remove_all(dir);
 }
 
 TEST(HalideBackend, UnwritableCacheDirFallsBack) {
-  const char* old = std::getenv("COLLAGE_CACHE_DIR");
-  const std::string saved = old ? old : "";
-  setenv("COLLAGE_CACHE_DIR", "/proc/collage-cannot-create-this", 1);
+  testing::ScopedEnv cache_dir("COLLAGE_CACHE_DIR", "/proc/collage-cannot-create-this");
   GraphBuilder b;
   ValueId x = b.input("x", DType::kFloat32, {5, 333});
   b.output(b.add1("Tanh", {b.add1("Mul", {x, b.constant("k", Tensor::scalar(3.0f))})}));
   expect_like_reference(b.graph(), "no disk cache");
   EXPECT_EQ(halide_backend::cache_dir().find("/proc"), std::string::npos);
-  if (old)
-    setenv("COLLAGE_CACHE_DIR", saved.c_str(), 1);
-  else
-    unsetenv("COLLAGE_CACHE_DIR");
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -72,6 +74,28 @@ inline void expect_unsupported(Backend& backend, const Graph& g, const std::stri
     }
   }
 }
+
+// Sets an environment variable for one scope and restores what it was (or unsets it), also
+// when an ASSERT leaves the test early.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::string name, const std::string& value) : name_(std::move(name)) {
+    if (const char* old = std::getenv(name_.c_str())) saved_ = old;
+    setenv(name_.c_str(), value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (saved_)
+      setenv(name_.c_str(), saved_->c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> saved_;
+};
 
 // Uniform in [lo, hi].
 inline int64_t pick(std::mt19937& rng, int64_t lo, int64_t hi) {
