@@ -37,19 +37,6 @@ Tensor int64s(Shape shape, std::mt19937& rng, int64_t lo, int64_t hi) {
   return t;
 }
 
-// LayerNorm as torch.onnx exports it below opset 17, over the last axis.
-ValueId decomposed_layer_norm(GraphBuilder& b, ValueId x, int64_t hidden) {
-  Attribute axes = attr_ints({-1});
-  ValueId mean = b.add1("ReduceMean", {x}, {{"axes", axes}});
-  ValueId c = b.add1("Sub", {x, mean});
-  ValueId sq = b.add1("Pow", {c, b.constant("two", Tensor::scalar(2.0f))});
-  ValueId var = b.add1("ReduceMean", {sq}, {{"axes", axes}});
-  ValueId ve = b.add1("Add", {var, b.constant("eps", Tensor::scalar(1e-12f))});
-  ValueId n = b.add1("Div", {c, b.add1("Sqrt", {ve})});
-  ValueId s = b.add1("Mul", {n, b.random_constant("gamma", {hidden})});
-  return b.add1("Add", {s, b.random_constant("beta", {hidden})});
-}
-
 // ------------------------------------------------------------------------- halide glue
 
 TEST(TransformerHalide, GatherOnRandomShapesAxesAndIndexTypes) {
@@ -117,7 +104,7 @@ TEST(TransformerHalide, EmbeddingRegions) {
         b.add1("Gather", {b.random_constant("table", {vocab, hidden}), ids}, {{"axis", attr_i(0)}});
     x = b.add1("Add", {x, b.random_constant("tok", {1, seq, hidden})});
     x = b.add1("Add", {x, b.random_constant("pos", {1, seq, hidden})});
-    b.output(decomposed_layer_norm(b, x, hidden));
+    b.output(testing::decomposed_layer_norm(b, x, hidden, 1e-12f));
     std::vector<Tensor> inputs = {int64s({1, seq}, rng, 0, vocab - 1)};
     expect_like_reference(halide(), b.graph(), inputs, "BERT embeddings + LayerNorm");
   }

@@ -53,20 +53,6 @@ ValueId add_gelu(GraphBuilder& b, ValueId x) {
   return b.add1("Mul", {m, b.constant("half", Tensor::scalar(0.5f))});
 }
 
-// LayerNorm as torch.onnx (opset 13-17) exports it over the last axis.
-ValueId add_layer_norm(GraphBuilder& b, ValueId x, int64_t hidden) {
-  Attribute axes = attr_ints({-1});
-  ValueId mean = b.add1("ReduceMean", {x}, {{"axes", axes}});
-  ValueId c = b.add1("Sub", {x, mean});
-  ValueId sq = b.add1("Pow", {c, b.constant("two", Tensor::scalar(2.0f))});
-  ValueId var = b.add1("ReduceMean", {sq}, {{"axes", axes}});
-  ValueId ve = b.add1("Add", {var, b.constant("eps", Tensor::scalar(1e-5f))});
-  ValueId sd = b.add1("Sqrt", {ve});
-  ValueId n = b.add1("Div", {c, sd});
-  ValueId s = b.add1("Mul", {n, b.random_constant("gamma", {hidden})});
-  return b.add1("Add", {s, b.random_constant("beta", {hidden})});
-}
-
 TEST(HalideBackend, Identity) {
   Backend& b = halide();
   EXPECT_EQ(b.kind(), BackendKind::kOpLevel);
@@ -263,7 +249,7 @@ TEST(HalideBackend, LayerNormDecomposition) {
     ValueId r = b.input("residual", DType::kFloat32, {batch, seq, hidden});
     // Residual add + LayerNorm, as in every BERT block.
     ValueId sum = b.add1("Add", {x, r});
-    b.output(add_layer_norm(b, sum, hidden));
+    b.output(testing::decomposed_layer_norm(b, sum, hidden, 1e-5f));
     expect_like_reference(b.graph(), "residual + layernorm hidden " + std::to_string(hidden));
   }
 }
@@ -275,7 +261,7 @@ TEST(HalideBackend, MultipleOutputs) {
   ValueId r = b.input("r", DType::kFloat32, {4, 96});
   ValueId sum = b.add1("Add", {x, r});
   b.output(sum);
-  b.output(add_layer_norm(b, sum, 96));
+  b.output(testing::decomposed_layer_norm(b, sum, 96, 1e-5f));
   expect_like_reference(b.graph(), "layernorm + its input as output");
 }
 
@@ -341,7 +327,7 @@ TEST(HalideBackend, FusionRuleProposesWholeChains) {
   ValueId mm = b.add1("MatMul", {x, w});
   ValueId y = b.add1("Add", {mm, b.random_constant("bias", {64})});
   ValueId g = add_gelu(b, y);
-  b.output(add_layer_norm(b, g, 64));
+  b.output(testing::decomposed_layer_norm(b, g, 64, 1e-5f));
   Graph graph = b.finish();
   size_t largest = 0;
   for (const Match& m : find_matches(graph, halide())) {

@@ -92,4 +92,18 @@ inline std::pair<std::vector<Tensor>, std::vector<Tensor>> run_backend_and_refer
   return run_backend_and_reference(backend, graph, random_inputs(graph, seed));
 }
 
+// LayerNorm over the last axis as torch.onnx exports it below opset 17 (ReduceMean, Sub,
+// Pow, ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta; gamma and beta random).
+inline ValueId decomposed_layer_norm(GraphBuilder& b, ValueId x, int64_t hidden, float eps) {
+  Attribute axes = attr_ints({-1});
+  ValueId mean = b.add1("ReduceMean", {x}, {{"axes", axes}});
+  ValueId c = b.add1("Sub", {x, mean});
+  ValueId sq = b.add1("Pow", {c, b.constant("two", Tensor::scalar(2.0f))});
+  ValueId var = b.add1("ReduceMean", {sq}, {{"axes", axes}});
+  ValueId ve = b.add1("Add", {var, b.constant("eps", Tensor::scalar(eps))});
+  ValueId n = b.add1("Div", {c, b.add1("Sqrt", {ve})});
+  ValueId s = b.add1("Mul", {n, b.random_constant("gamma", {hidden})});
+  return b.add1("Add", {s, b.random_constant("beta", {hidden})});
+}
+
 }  // namespace collage::testing
