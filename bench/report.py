@@ -106,6 +106,14 @@ def model_summary(model_dir):
         for run in load_json_lines(path):
             ort_samples.extend(run.get("samples", []))
             ort_version = run.get("ort_version", ort_version)
+    # The tuned plan alone in its own process (`collage run --json`), as ORT is timed.
+    alone = []
+    for path in sorted(glob.glob(os.path.join(model_dir, "alone_*.json"))):
+        try:
+            with open(path, encoding="utf-8") as f:
+                alone.extend(json.load(f)["latency_ms"]["samples"])
+        except (OSError, ValueError, KeyError):
+            pass
     placement, kernels, choices, stages = [], 0, 0, 0
     try:
         with open(os.path.join(model_dir, "plan.json"), encoding="utf-8") as f:
@@ -138,6 +146,8 @@ def model_summary(model_dir):
         "concurrent_stages": stages,
         "ort": ({"median": median(ort_samples), "min": min(ort_samples), "n": len(ort_samples)}
                 if ort_samples else None),
+        "alone": ({"median": median(alone), "min": min(alone), "n": len(alone)}
+                  if alone else None),
         "ort_version": ort_version,
         "compare": compare,
     }
@@ -160,7 +170,9 @@ NOT_BACKENDS = ("tuned", SEQUENTIAL)
 
 def summarize(work, out_dir):
     machine = (load_json_lines(os.path.join(work, "machine.json")) or [{}])[0]
-    models = [d for d in (machine.get("models") or []) if os.path.isdir(os.path.join(work, d))]
+    # A held-out torchvision model "tv:NAME" has its folder under NAME (bench/run.sh).
+    models = [m.split(":", 1)[-1] for m in (machine.get("models") or [])]
+    models = [d for d in models if os.path.isdir(os.path.join(work, d))]
     rows = [model_summary(os.path.join(work, m)) for m in models]
     backends = []
     for r in rows:
@@ -169,12 +181,16 @@ def summarize(work, out_dir):
                 backends.append(n)
     peak = (machine.get("peak") or {}).get("peak_gflops")
     for r in rows:
-        tuned = r["plans"].get("tuned", {}).get("median")
+        interleaved = r["plans"].get("tuned", {}).get("median")
+        # Against ORT (timed alone), the tuned plan timed alone; against the single-backend
+        # plans, the tuned plan timed among them. Work folders from before alone timing
+        # existed fall back to the interleaved time.
+        tuned = r["alone"]["median"] if r["alone"] else interleaved
         singles = [(r["plans"][b]["median"], b) for b in backends
                    if b in r["plans"] and r["plans"][b]["timed"]]
         best = min(singles) if singles else None
         r["best_single"] = best
-        r["vs_best"] = best[0] / tuned if best and tuned else None
+        r["vs_best"] = best[0] / interleaved if best and interleaved else None
         r["vs_ort"] = r["ort"]["median"] / tuned if r["ort"] and tuned else None
         r["peak_pct"] = (100.0 * r["gflops"] / (tuned / 1e3) / peak
                          if r["gflops"] and tuned and peak else None)
@@ -199,20 +215,27 @@ def summarize(work, out_dir):
                  f"{'' if ort_version else ' (' + machine.get('ort_note', 'not available') + ')'}.")
     lines.append(f"- Tuning budget {machine.get('budget')} s per model, cost DB "
                  f"`bench/results/costs.db`. Protocol: {machine.get('rounds')} rounds, each "
+                 f"the tuned plan alone (`collage run`) and ORT, each in its own process "
+                 f"({machine.get('warmup')} warm-up + {machine.get('repeat')} timed runs, back "
+                 "to back, as a user runs one model), the two in alternating order; then "
                  f"`collage bench` (every plan interleaved, {machine.get('warmup')} warm-up + "
                  f"{machine.get('repeat')} timed runs per plan, each timed run right after an "
                  f"untimed run of the same plan; a plan over 3× slower than the fastest in "
-                 f"warm-up is run once, marked \"1 run\") and ORT in its own process "
-                 f"({machine.get('warmup')} warm-up + {machine.get('repeat')} timed runs), the "
-                 "two in alternating order; medians and minima over all samples.")
+                 f"warm-up is run once, marked \"1 run\"). Medians and minima over all "
+                 "samples.")
     lines.append("")
-    lines.append("Times are median (min) milliseconds. Speed-ups are the tuned plan's median "
-                 "against ONNX Runtime's and against the fastest single-backend plan's. "
-                 "% peak = the model's GFLOPs at the tuned plan's median, over the GEMM peak. "
+    lines.append("Times are median (min) milliseconds. \"tuned alone\" is the tuned plan in "
+                 "its own process, \"tuned\" the same plan interleaved with the others (each "
+                 "run follows another plan's, whose memory then fills the caches and TLBs). "
+                 "vs ORT: ORT's median over the tuned plan's alone (both timed alone); vs best "
+                 "single: the fastest single-backend plan's median over the tuned plan's, "
+                 "interleaved (all timed in the same conditions). "
+                 "% peak = the model's GFLOPs at the tuned plan's alone median, over the GEMM "
+                 "peak. "
                  "ORT check: ORT's outputs against `collage run --plan` on the same inputs "
                  "(max |diff| ≤ 1e-3 × max |collage output|).")
     lines.append("")
-    head = (["model", "GFLOPs", "tuned"] + backends +
+    head = (["model", "GFLOPs", "tuned alone", "tuned"] + backends +
             ["ORT", "vs ORT", "vs best single", "% peak", "ORT check"])
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "|".join(["---"] + ["---:"] * (len(head) - 2) + ["---"]) + "|")
@@ -224,14 +247,16 @@ def summarize(work, out_dir):
                 return f"{fmt_ms(p['median'])} (1 run)"
             return f"{fmt_ms(p['median'])} ({fmt_ms(p['min'])})"
         tuned = r["plans"].get("tuned")
-        tcell = f"**{cell(tuned)}**" if tuned else ("failed" if r["status"] != "ok" else "n/a")
+        tcell = cell(tuned) if tuned else ("failed" if r["status"] != "ok" else "n/a")
+        acell = f"**{cell(r['alone'])}**" if r["alone"] else "n/a"
         best = (f"{fmt_x(r['vs_best'])} ({r['best_single'][1]})" if r["vs_best"] else "n/a")
         if r["compare"]:
             c = r["compare"]
             check = f"{c['status']} ({c.get('max_err_rel', 0):.1e})"
         else:
             check = r["ort_status"] or "n/a"
-        cells = ([r["model"], f"{r['gflops']:.3f}" if r["gflops"] is not None else "?", tcell] +
+        cells = ([r["model"], f"{r['gflops']:.3f}" if r["gflops"] is not None else "?", acell,
+                  tcell] +
                  [cell(r["plans"].get(b)) for b in backends] +
                  [cell(r["ort"]), fmt_x(r["vs_ort"]), best,
                   f"{r['peak_pct']:.1f}%" if r["peak_pct"] is not None else "n/a", check])
@@ -241,13 +266,13 @@ def summarize(work, out_dir):
     lines.append("")
     lines.append("The tuned plans: where their nodes run, and their predicted latency (the sum of "
                  "their groups' costs, each measured alone by `collage tune`, plus one executor "
-                 "step overhead per kernel) against the median measured above.")
+                 "step overhead per kernel) against its median measured alone above.")
     lines.append("")
     lines.append("| model | placement (nodes per backend) | reference nodes | kernels | "
                  "(backend, variant) choices | predicted ms | measured ms | error |")
     lines.append("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        tuned = r["plans"].get("tuned")
+        tuned = r["alone"] or r["plans"].get("tuned")
         if not tuned or not r.get("placement"):
             continue
         placement = ", ".join(f"{b} {n}" for b, n in r["placement"])

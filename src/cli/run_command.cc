@@ -165,7 +165,8 @@ int run(const RunOptions& o) {
         {"backend_nodes",
          coverage ? nlohmann::json{{"matched", coverage->matched}, {"placed", coverage->placed}}
                   : nlohmann::json()},
-        {"latency_ms", {{"median", median_ms}, {"min", min_ms}, {"runs", ms.size()}}},
+        {"latency_ms",
+         {{"median", median_ms}, {"min", min_ms}, {"runs", ms.size()}, {"samples", ms}}},
         {"verified", o.verify},
         {"outputs_dir", o.outputs_dir.empty() ? nlohmann::json() : nlohmann::json(o.outputs_dir)},
         {"profile", profile ? step_profile_json(*profile) : nlohmann::json()},

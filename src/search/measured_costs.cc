@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <set>
 #include <thread>
 
@@ -261,6 +262,18 @@ void MeasuredCosts::measure_distributed(const std::vector<Candidate>& candidates
 
 double MeasuredCosts::cost_ms(const Candidate& candidate) {
   return measure(candidate).ms;
+}
+
+double MeasuredCosts::confirmed_cost_ms(const Candidate& candidate) {
+  const double first_ms = cost_ms(candidate);
+  if (!std::isfinite(first_ms)) return first_ms;
+  const KernelJob job = kernel_job(model_, candidate, machine_, measurer_.options().evict_bytes);
+  const RecordKey key{job.key.key + "\nconfirmation", job.key.text + "confirmation\n"};
+  const CostRecord record = find_or_measure(db_, key, kConfirmationRecord, job.hardware,
+                                            [&] { return measurer_.measure_now(job, candidate); });
+  // A kernel that ran once and fails now (a flaky build) keeps its first cost: the plan was
+  // timed end to end with it before this prediction is made.
+  return record.ok ? record.milliseconds : first_ms;
 }
 
 double MeasuredCosts::step_overhead_ms() {

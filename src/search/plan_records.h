@@ -24,6 +24,8 @@ inline constexpr const char* kStepOverheadRecord = "step-overhead";
 inline constexpr const char* kStageOverheadRecord = "stage-overhead";
 // A copy of some bytes between the host and a device.
 inline constexpr const char* kCopyRecord = "copy";
+// A kernel measured a second time after the search chose it (MeasuredCosts::confirmed_cost_ms).
+inline constexpr const char* kConfirmationRecord = "confirmation";
 
 // A record's key and the text stored beside it.
 struct RecordKey {

@@ -26,7 +26,8 @@ import tempfile
 import time
 
 # Record kinds that are not one kernel's cost (src/search/plan_records.h).
-NOT_KERNELS = ("plan", "plan-side-by-side", "step-overhead", "stage-overhead")
+NOT_KERNELS = ("plan", "plan-side-by-side", "step-overhead", "stage-overhead", "copy",
+               "confirmation")
 MODEL = "mobilenet-tiny"
 FEW_BACKENDS = "onednn"
 MORE_BACKENDS = "onednn,xnnpack"

@@ -28,7 +28,8 @@ import pg_server
 
 MODEL = "mobilenet-tiny"
 # Record kinds that are not one kernel's cost (src/search/plan_records.h).
-NOT_KERNELS = "('plan', 'plan-side-by-side', 'step-overhead', 'stage-overhead')"
+NOT_KERNELS = ("('plan', 'plan-side-by-side', 'step-overhead', 'stage-overhead', 'copy', "
+               "'confirmation')")
 
 pytestmark = pytest.mark.skipif(bool(pg_server.missing_reason()),
                                 reason=pg_server.missing_reason() or "-")

@@ -177,13 +177,33 @@ FORBIDDEN_OPS = {
 }
 
 
+# Any other torchvision classifier, as "tv:NAME" (e.g. tv:densenet121): bench/run.sh times
+# such held-out models next to the zoo's. Opset 13, batch 1, 1x3x224x224, random weights.
+TORCHVISION_PREFIX = "tv:"
+
+
+def model_spec(name):
+    """MODELS[name], or the torchvision classifier a "tv:NAME" names (None if neither)."""
+    if name in MODELS:
+        return MODELS[name]
+    if name.startswith(TORCHVISION_PREFIX):
+        tv_name = name[len(TORCHVISION_PREFIX):]
+        if tv_name in torchvision.models.list_models(module=torchvision.models):
+            return image_model(tv_name, 13)
+    return None
+
+
+def output_dir_name(name):
+    return name[len(TORCHVISION_PREFIX):] if name.startswith(TORCHVISION_PREFIX) else name
+
+
 def save_tensor(path, array, name):
     with open(path, "wb") as f:
         f.write(onnx.numpy_helper.from_array(np.ascontiguousarray(array), name).SerializeToString())
 
 
 def export(name, out_dir):
-    build, opset, dynamic_axes = MODELS[name]
+    build, opset, dynamic_axes = model_spec(name)
     torch.manual_seed(SEED)
     np.random.seed(SEED)
     model, inputs, input_names, output_names = build()
@@ -193,7 +213,7 @@ def export(name, out_dir):
     if isinstance(outputs, torch.Tensor):
         outputs = (outputs,)
 
-    model_dir = os.path.join(out_dir, name)
+    model_dir = os.path.join(out_dir, output_dir_name(name))
     data_dir = os.path.join(model_dir, "test_data_set_0")
     os.makedirs(data_dir, exist_ok=True)
     model_path = os.path.join(model_dir, "model.onnx")
@@ -221,12 +241,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out_dir")
     parser.add_argument("--models", default=",".join(MODELS),
-                        help="comma-separated subset of: " + ", ".join(MODELS))
+                        help="comma-separated subset of: " + ", ".join(MODELS) +
+                        "; or tv:NAME for any torchvision classifier (tv:densenet121)")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]
-    unknown = [n for n in names if n not in MODELS]
+    unknown = [n for n in names if model_spec(n) is None]
     if unknown:
-        sys.exit(f"export_models.py: unknown models {unknown}; known: {list(MODELS)}")
+        sys.exit(f"export_models.py: unknown models {unknown}; known: {list(MODELS)} and "
+                 f"tv:NAME for NAME in torchvision.models.list_models()")
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     os.makedirs(args.out_dir, exist_ok=True)
     for name in names:

@@ -1,5 +1,6 @@
 // End-to-end tuning on a small graph with real measurements: the plan covers the graph,
 // runs correctly, and a second tuning reuses every cost from the database.
+#include <fmt/core.h>
 #include <gtest/gtest.h>
 
 #include <omp.h>
@@ -20,6 +21,24 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A cost-DB file of the test's own, absent before and removed after with its companions
+// (an ASSERT that ends the test early included).
+class TempCostDb {
+ public:
+  explicit TempCostDb(const std::string& tag)
+      : path_(fs::temp_directory_path() / fmt::format("collage_tune_{}_{}.db", tag, ::getpid())) {
+    remove();
+  }
+  ~TempCostDb() { remove(); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  void remove() const {
+    for (const char* suffix : {"", "-wal", "-shm", ".lock"}) fs::remove(path_.string() + suffix);
+  }
+  fs::path path_;
+};
+
 Graph small_cnn() {
   testing::GraphBuilder b(13);
   ValueId x = b.input("x", DType::kFloat32, {1, 8, 12, 12});
@@ -36,12 +55,10 @@ Graph small_cnn() {
 }
 
 TEST(Tune, PlanCoversGraphRunsCorrectlyAndReusesCosts) {
-  fs::path db =
-      fs::temp_directory_path() / ("collage_tune_test_" + std::to_string(::getpid()) + ".db");
-  fs::remove(db);
+  TempCostDb db("test");
   Graph g = small_cnn();
   TuneOptions options;
-  options.cost_db_path = db.string();
+  options.cost_db_path = db.path();
   // Enough for the evolutionary search to converge, not to run out of time: a warm re-tune
   // then retraces the same search (below).
   options.budget_s = 120;
@@ -89,7 +106,59 @@ TEST(Tune, PlanCoversGraphRunsCorrectlyAndReusesCosts) {
     EXPECT_EQ(second.plan.groups[i].backend, first.plan.groups[i].backend);
     EXPECT_EQ(second.plan.groups[i].nodes, first.plan.groups[i].nodes);
   }
-  fs::remove(db);
+}
+
+// Where candidates cost about the same, the search keeps the one whose sample came out
+// lowest; the written prediction must come from a second measurement of the winners, not
+// from the samples the choice was made by. A DB whose kernel costs are all 1000x too low (a
+// search fed only lucky samples) must not change the prediction of a warm re-tune.
+TEST(Tune, ThePredictionTakesConfirmedCostsNotTheSamplesTheChoiceWasMadeBy) {
+  TempCostDb db("confirm");
+  Graph g = small_cnn();
+  TuneOptions options;
+  options.cost_db_path = db.path();
+  options.backends = {"onednn", "blas"};
+  options.optimizer = Optimizer::kOpLevel;
+  TuneResult first = tune(g, options);
+  ASSERT_GT(first.plan.predicted_ms, 0);
+  double groups_ms = 0;
+  for (const PlanGroup& group : first.plan.groups) groups_ms += group.cost_ms;
+  EXPECT_GT(groups_ms, 0);
+  EXPECT_LE(groups_ms, first.plan.predicted_ms);
+
+  sqlite3* sql = nullptr;
+  ASSERT_EQ(sqlite3_open(db.path().c_str(), &sql), SQLITE_OK);
+  auto count = [&](const char* where) {
+    sqlite3_stmt* stmt = nullptr;
+    std::string q = std::string("SELECT count(*) FROM costs WHERE ") + where;
+    EXPECT_EQ(sqlite3_prepare_v2(sql, q.c_str(), -1, &stmt, nullptr), SQLITE_OK);
+    EXPECT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+    int n = sqlite3_column_int(stmt, 0);
+    sqlite3_finalize(stmt);
+    return n;
+  };
+  // A confirmation for each group of the tuned placement (and of the written plan's, when a
+  // single-backend plan won).
+  EXPECT_GE(count("backend = 'confirmation' AND ok = 1"),
+            static_cast<int>(first.plan.groups.size()));
+  // Every kernel's first sample 1000x too low, and the overheads with them (so that the
+  // search, seeing the same ratios, makes the same choice).
+  const char* samples = "backend NOT IN ('confirmation', 'plan', 'plan-side-by-side') AND ok = 1";
+  ASSERT_GT(count(samples), 0);
+  const std::string update =
+      std::string("UPDATE costs SET cost_ms = cost_ms / 1000 WHERE ") + samples;
+  ASSERT_EQ(sqlite3_exec(sql, update.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(sql);
+
+  TuneResult second = tune(g, options);
+  EXPECT_EQ(second.measured, 0u);
+  EXPECT_EQ(second.winner, first.winner);
+  ASSERT_EQ(second.plan.groups.size(), first.plan.groups.size());
+  for (size_t i = 0; i < first.plan.groups.size(); ++i)
+    EXPECT_EQ(second.plan.groups[i].cost_ms, first.plan.groups[i].cost_ms) << i;
+  // The sum of the confirmed costs, plus the step overheads (now 1000x smaller).
+  EXPECT_GE(second.plan.predicted_ms, groups_ms);
+  EXPECT_LE(second.plan.predicted_ms, first.plan.predicted_ms);
 }
 
 TEST(Tune, PlanForAnotherModelIsRefused) {
@@ -132,12 +201,10 @@ std::vector<std::string> distinct_column(const fs::path& db, const char* column)
 TEST(Tune, OneThreadIsMeasuredAndWrittenThroughout) {
   if (std::thread::hardware_concurrency() < 2)
     GTEST_SKIP() << "needs 2+ cores to tell one thread from every core";
-  fs::path db =
-      fs::temp_directory_path() / ("collage_tune_1t_" + std::to_string(::getpid()) + ".db");
-  fs::remove(db);
+  TempCostDb db("1t");
   Graph g = small_cnn();
   TuneOptions options;
-  options.cost_db_path = db.string();
+  options.cost_db_path = db.path();
   options.threads = 1;
   options.budget_s = 10;
   TuneResult r = tune(g, options);
@@ -150,17 +217,16 @@ TEST(Tune, OneThreadIsMeasuredAndWrittenThroughout) {
     EXPECT_EQ(group.lane, 0);
   }
   // Every record: kernels, the step overhead, whole-plan latencies.
-  std::vector<std::string> hardware = distinct_column(db, "hardware");
+  std::vector<std::string> hardware = distinct_column(db.path(), "hardware");
   ASSERT_FALSE(hardware.empty());
   for (const std::string& h : hardware)
     EXPECT_NE(h.find("| 1 threads"), std::string::npos) << "a record measured with " << h;
-  std::vector<std::string> kinds = distinct_column(db, "backend");
+  std::vector<std::string> kinds = distinct_column(db.path(), "backend");
   EXPECT_NE(std::find(kinds.begin(), kinds.end(), "step-overhead"), kinds.end());
   EXPECT_NE(std::find(kinds.begin(), kinds.end(), "plan-side-by-side"), kinds.end());
   // The session it makes runs on one thread too.
   Session session(g, r.plan, SessionOptions{});
   EXPECT_EQ(session.threads(), 1);
-  fs::remove(db);
 }
 
 // A backend whose Relu kernels record the OpenMP thread count they run with (the count
@@ -198,12 +264,10 @@ TEST(Tune, KernelsRunWithTheTuningsThreadCount) {
   b.output(v);
   Graph g = b.finish();
   for (int threads : {1, 2}) {
-    fs::path db =
-        fs::temp_directory_path() / fmt::format("collage_tune_probe_{}_{}.db", ::getpid(), threads);
-    fs::remove(db);
+    TempCostDb db(fmt::format("probe_{}", threads));
     seen_thread_counts().clear();
     TuneOptions options;
-    options.cost_db_path = db.string();
+    options.cost_db_path = db.path();
     options.threads = threads;
     options.backends = {"test-thread-probe"};
     options.budget_s = 5;
@@ -211,7 +275,6 @@ TEST(Tune, KernelsRunWithTheTuningsThreadCount) {
     EXPECT_EQ(r.winner, "tuned");
     EXPECT_EQ(seen_thread_counts(), (std::set<int>{threads}))
         << "kernels of a " << threads << "-thread tuning ran with other counts";
-    fs::remove(db);
   }
 }
 
