@@ -2,7 +2,8 @@
 # collage's benchmark suite (`make bench`). For each zoo model: tune (persistent cost DB),
 # check ONNX Runtime's outputs against collage's, then time in rounds: the tuned plan alone
 # (`collage run`) and ONNX Runtime alone (bench/peers/ort_run.js), each in its own process,
-# then the tuned plan interleaved with every single-backend plan (`collage bench`). Writes bench/results/README.md and bench/results/speedups.svg.
+# then the tuned plan interleaved with every single-backend plan (`collage bench`). Writes
+# bench/results/README.md and bench/results/speedups.svg.
 # Builds nothing: run `make build` first (or `make bench`, which does both).
 #
 # Environment:
