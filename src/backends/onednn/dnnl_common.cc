@@ -1,7 +1,9 @@
 #include "backends/onednn/dnnl_common.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <set>
 
 namespace collage::onednn {
 
@@ -16,7 +18,9 @@ std::string library_version() {
 }
 
 std::string backend_version() {
-  constexpr int kKernelRevision = 5;
+  // Part of every cost key: a change to how kernels run re-measures them. 6: a program's
+  // rewritten buffers share one arena (Program::finalize).
+  constexpr int kKernelRevision = 6;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
@@ -101,6 +105,79 @@ dnnl::memory Program::buffer(const dnnl::memory::desc& md) {
   return m;
 }
 
+dnnl::memory Program::rewritten_buffer(const dnnl::memory::desc& md) {
+  dnnl::memory m = buffer(md);
+  rewritten_.push_back(m);
+  return m;
+}
+
+size_t Program::rewritten_bytes() const {
+  size_t bytes = 0;
+  for (const dnnl::memory& m : rewritten_) bytes += m.get_desc().get_size();
+  return bytes;
+}
+
+void Program::share_rewritten_buffers() {
+  // Each rewritten buffer's lifetime: the first and last step using memory inside it (the
+  // buffer itself, or a view made from its address).
+  struct Life {
+    const char* base;
+    size_t bytes, first = SIZE_MAX, last = 0, offset = 0;
+  };
+  constexpr size_t kAlign = 64;
+  std::vector<Life> lives;
+  for (const dnnl::memory& m : rewritten_)
+    lives.push_back({static_cast<const char*>(m.get_data_handle()), m.get_desc().get_size()});
+  auto owner = [&](const void* p) -> Life* {
+    const char* c = static_cast<const char*>(p);
+    for (Life& l : lives)
+      if (c >= l.base && c < l.base + l.bytes) return &l;
+    return nullptr;
+  };
+  for (size_t s = 0; s < steps_.size(); ++s)
+    for (const dnnl::memory& m : steps_[s].memories)
+      if (Life* l = owner(m.get_data_handle())) {
+        l->first = std::min(l->first, s);
+        l->last = std::max(l->last, s);
+      }
+  // Greedy by size: each at the lowest offset clear of the placed ones it overlaps in time.
+  std::vector<Life*> order;
+  for (Life& l : lives)
+    if (l.first != SIZE_MAX) order.push_back(&l);
+  if (order.empty()) return;
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Life* a, const Life* b) { return a->bytes > b->bytes; });
+  std::vector<Life*> placed;
+  size_t total = 0;
+  for (Life* l : order) {
+    std::vector<std::pair<size_t, size_t>> taken;  // [begin, end) of live neighbours
+    for (const Life* p : placed)
+      if (p->first <= l->last && l->first <= p->last)
+        taken.emplace_back(p->offset, p->offset + p->bytes);
+    std::sort(taken.begin(), taken.end());
+    size_t offset = 0;
+    for (const auto& [begin, end] : taken) {
+      if (offset + l->bytes <= begin) break;
+      offset = std::max(offset, (end + kAlign - 1) / kAlign * kAlign);
+    }
+    l->offset = offset;
+    total = std::max(total, offset + l->bytes);
+    placed.push_back(l);
+  }
+  arena_ = buffer(dnnl::memory::desc({static_cast<int64_t>(total)}, dt::u8, tag::a));
+  char* arena = static_cast<char*>(arena_.get_data_handle());
+  // Every memory object the steps use once (one object may serve several steps), moved by
+  // its address's place in its buffer.
+  std::vector<std::pair<dnnl::memory, char*>> moves;
+  std::set<dnnl_memory_t> seen;
+  for (const Step& step : steps_)
+    for (const dnnl::memory& m : step.memories)
+      if (const Life* l = owner(m.get_data_handle()); l && seen.insert(m.get()).second)
+        moves.emplace_back(
+            m, arena + l->offset + (static_cast<const char*>(m.get_data_handle()) - l->base));
+  for (auto& [m, handle] : moves) m.set_data_handle(handle);
+}
+
 dnnl::memory Program::constant(const Tensor& tensor, const dnnl::memory::desc& from,
                                const dnnl::memory::desc& to) {
   if (tensor.dtype() != DType::kFloat32)
@@ -115,7 +192,7 @@ dnnl::memory Program::constant(const Tensor& tensor, const dnnl::memory::desc& f
 
 dnnl::memory Program::in_layout(const dnnl::memory& from, const dnnl::memory::desc& md) {
   if (from.get_desc() == md) return from;
-  dnnl::memory m = buffer(md);
+  dnnl::memory m = rewritten_buffer(md);  // the reorder below writes it whole each run
   copy(from, m);
   return m;
 }
@@ -148,6 +225,7 @@ void Program::rollback(const Mark& mark) {
 }
 
 void Program::finalize() {
+  share_rewritten_buffers();
   size_t bytes = 0;
   for (const Step& s : steps_) bytes = std::max(bytes, s.scratchpad_md.get_size());
   if (bytes == 0) return;

@@ -51,7 +51,7 @@ BoundMemory ValueMemories::plain(ValueId v) {
   if (is_plain(e.primary.memory.get_desc())) return e.primary;
   for (const BoundMemory& c : e.copies)
     if (is_plain(c.memory.get_desc())) return c;
-  dnnl::memory m = program_->buffer(plain_md(dims_of(e.primary.memory.get_desc())));
+  dnnl::memory m = program_->rewritten_buffer(plain_md(dims_of(e.primary.memory.get_desc())));
   program_->copy(e.primary.memory, m);
   e.copies.push_back(BoundMemory{m});
   return e.copies.back();
@@ -73,7 +73,7 @@ dnnl::memory ValueMemories::read(ValueId v, const dnnl::memory::desc& md) {
     dnnl::memory p = view(v, plain_md(dims_of(md)));
     return program_->in_layout(p, md);
   }
-  dnnl::memory m = program_->buffer(md);
+  dnnl::memory m = program_->rewritten_buffer(md);
   program_->copy(e.primary.memory, m);
   at(v).copies.push_back(BoundMemory{m});
   return m;
@@ -92,7 +92,9 @@ dnnl::memory ValueMemories::destination(ValueId v, const dnnl::memory::desc& md)
         md.get_size() == b.memory.get_desc().get_size())
       return view_of(b, md);
   }
-  dnnl::memory m = program_->buffer(md);
+  // Every emitter that asks for a destination writes it whole with the step it adds next
+  // (fresh_destination is for those that do not: Pad fills its border once).
+  dnnl::memory m = program_->rewritten_buffer(md);
   if (it != entries_.end()) staged_[v] = m;
   return m;
 }
