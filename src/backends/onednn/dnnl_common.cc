@@ -106,7 +106,11 @@ dnnl::memory Program::buffer(const dnnl::memory::desc& md) {
 }
 
 dnnl::memory Program::rewritten_buffer(const dnnl::memory::desc& md) {
-  dnnl::memory m = buffer(md);
+  // Not touched: until finalize() it only stands for an address range, and then its memory
+  // objects move into the arena (which is touched). A rewritten buffer no step uses is
+  // never touched at all.
+  dnnl::memory m(md, cpu_engine());
+  buffers_.push_back(m);
   rewritten_.push_back(m);
   return m;
 }
