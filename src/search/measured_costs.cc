@@ -265,15 +265,19 @@ double MeasuredCosts::cost_ms(const Candidate& candidate) {
 }
 
 double MeasuredCosts::confirmed_cost_ms(const Candidate& candidate) {
+  // The tuner asks for a group's confirmed cost three times (confirming, predicting, writing
+  // the plan): the subgraph is extracted and the cost DB read once.
+  const MemoKey memo{candidate.backend, candidate.variant, candidate.threads, candidate.nodes};
+  if (auto it = confirmed_memo_.find(memo); it != confirmed_memo_.end()) return it->second;
   const double first_ms = cost_ms(candidate);
-  if (!std::isfinite(first_ms)) return first_ms;
+  if (!std::isfinite(first_ms)) return confirmed_memo_[memo] = first_ms;
   const KernelJob job = kernel_job(model_, candidate, machine_, measurer_.options().evict_bytes);
   const RecordKey key{job.key.key + "\nconfirmation", job.key.text + "confirmation\n"};
   const CostRecord record = find_or_measure(db_, key, kConfirmationRecord, job.hardware,
                                             [&] { return measurer_.measure_now(job, candidate); });
   // A kernel that ran once and fails now (a flaky build) keeps its first cost: the plan was
   // timed end to end with it before this prediction is made.
-  return record.ok ? record.milliseconds : first_ms;
+  return confirmed_memo_[memo] = record.ok ? record.milliseconds : first_ms;
 }
 
 double MeasuredCosts::step_overhead_ms() {

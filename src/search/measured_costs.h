@@ -88,7 +88,8 @@ class MeasuredCosts : public CostModel {
   Measurer measurer_;
   std::unique_ptr<IsolatedWorker> worker_;
   std::map<MemoKey, double> memo_;
-  std::map<MemoKey, KernelJob> jobs_;  // of candidates held by another process meanwhile
+  std::map<MemoKey, double> confirmed_memo_;  // confirmed_cost_ms's answers
+  std::map<MemoKey, KernelJob> jobs_;         // of candidates held by another process meanwhile
   QueueOptions queue_;
   std::unique_ptr<LeaseKeeper> lease_keeper_;  // started with the first claim
   double step_overhead_ms_ = -1, stage_overhead_ms_ = -1;
