@@ -4,9 +4,11 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <random>
 #include <set>
@@ -95,6 +97,29 @@ class ScopedEnv {
  private:
   std::string name_;
   std::optional<std::string> saved_;
+};
+
+// A cost-DB file of the test's own, absent before and removed after with its companions
+// (an ASSERT that ends the test early included).
+class TempCostDb {
+ public:
+  explicit TempCostDb(const std::string& tag)
+      : path_((std::filesystem::temp_directory_path() /
+               ("collage_" + tag + "_" + std::to_string(::getpid()) + ".db"))
+                  .string()) {
+    remove();
+  }
+  ~TempCostDb() { remove(); }
+  TempCostDb(const TempCostDb&) = delete;
+  TempCostDb& operator=(const TempCostDb&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  void remove() const {
+    for (const char* suffix : {"", "-wal", "-shm", ".lock"})
+      std::filesystem::remove(path_ + suffix);
+  }
+  std::string path_;
 };
 
 // Uniform in [lo, hi].

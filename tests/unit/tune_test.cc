@@ -21,23 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A cost-DB file of the test's own, absent before and removed after with its companions
-// (an ASSERT that ends the test early included).
-class TempCostDb {
- public:
-  explicit TempCostDb(const std::string& tag)
-      : path_(fs::temp_directory_path() / fmt::format("collage_tune_{}_{}.db", tag, ::getpid())) {
-    remove();
-  }
-  ~TempCostDb() { remove(); }
-  std::string path() const { return path_.string(); }
-
- private:
-  void remove() const {
-    for (const char* suffix : {"", "-wal", "-shm", ".lock"}) fs::remove(path_.string() + suffix);
-  }
-  fs::path path_;
-};
+using testing::TempCostDb;
 
 Graph small_cnn() {
   testing::GraphBuilder b(13);
@@ -55,7 +39,7 @@ Graph small_cnn() {
 }
 
 TEST(Tune, PlanCoversGraphRunsCorrectlyAndReusesCosts) {
-  TempCostDb db("test");
+  TempCostDb db("tune_test");
   Graph g = small_cnn();
   TuneOptions options;
   options.cost_db_path = db.path();
@@ -113,7 +97,7 @@ TEST(Tune, PlanCoversGraphRunsCorrectlyAndReusesCosts) {
 // from the samples the choice was made by. A DB whose kernel costs are all 1000x too low (a
 // search fed only lucky samples) must not change the prediction of a warm re-tune.
 TEST(Tune, ThePredictionTakesConfirmedCostsNotTheSamplesTheChoiceWasMadeBy) {
-  TempCostDb db("confirm");
+  TempCostDb db("tune_confirm");
   Graph g = small_cnn();
   TuneOptions options;
   options.cost_db_path = db.path();
@@ -201,7 +185,7 @@ std::vector<std::string> distinct_column(const fs::path& db, const char* column)
 TEST(Tune, OneThreadIsMeasuredAndWrittenThroughout) {
   if (std::thread::hardware_concurrency() < 2)
     GTEST_SKIP() << "needs 2+ cores to tell one thread from every core";
-  TempCostDb db("1t");
+  TempCostDb db("tune_1t");
   Graph g = small_cnn();
   TuneOptions options;
   options.cost_db_path = db.path();
@@ -264,7 +248,7 @@ TEST(Tune, KernelsRunWithTheTuningsThreadCount) {
   b.output(v);
   Graph g = b.finish();
   for (int threads : {1, 2}) {
-    TempCostDb db(fmt::format("probe_{}", threads));
+    TempCostDb db(fmt::format("tune_probe_{}", threads));
     seen_thread_counts().clear();
     TuneOptions options;
     options.cost_db_path = db.path();

@@ -152,10 +152,7 @@ TEST(GraphLevelVariants, TuneMeasuresEachVariantUnderItsOwnKey) {
   // A real (in-process) tune over onednn alone: the conv group is measured once per variant,
   // each checked against the reference and stored under its own backend/variant key; the
   // plan names one of them and runs correctly after a JSON round trip.
-  namespace fs = std::filesystem;
-  const fs::path db =
-      fs::temp_directory_path() / ("collage_variant_tune_" + std::to_string(::getpid()) + ".db");
-  fs::remove(db);
+  const testing::TempCostDb db("variant_tune");
   GraphBuilder b;
   ValueId x = b.input("x", DType::kFloat32, {1, 16, 12, 12});
   b.output(b.add1("Relu", {conv(b, x, 16, 3)}));
@@ -166,7 +163,7 @@ TEST(GraphLevelVariants, TuneMeasuresEachVariantUnderItsOwnKey) {
   options.budget_s = 0;
   options.threads = 1;
   options.isolate = false;
-  options.cost_db_path = db.string();
+  options.cost_db_path = db.path();
   TuneResult r = tune(g, options);
   EXPECT_EQ(r.failed, 0u);
   ASSERT_EQ(r.plan.groups.size(), 1u) << "conv + relu as one onednn group";
@@ -175,7 +172,7 @@ TEST(GraphLevelVariants, TuneMeasuresEachVariantUnderItsOwnKey) {
   EXPECT_TRUE(chosen.empty() || chosen == "winograd") << chosen;
 
   sqlite3* handle = nullptr;
-  ASSERT_EQ(sqlite3_open(db.string().c_str(), &handle), SQLITE_OK);
+  ASSERT_EQ(sqlite3_open(db.path().c_str(), &handle), SQLITE_OK);
   std::map<std::string, int> ok_rows;
   sqlite3_stmt* stmt = nullptr;
   ASSERT_EQ(sqlite3_prepare_v2(handle, "SELECT backend, ok FROM costs", -1, &stmt, nullptr),
@@ -195,7 +192,6 @@ TEST(GraphLevelVariants, TuneMeasuresEachVariantUnderItsOwnKey) {
   EXPECT_EQ(
       compare_outputs(tuned.run(inputs), reference.run(inputs), Tolerance::backend_vs_reference()),
       "");
-  fs::remove(db);
 }
 
 }  // namespace
