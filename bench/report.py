@@ -106,14 +106,19 @@ def model_summary(model_dir):
         for run in load_json_lines(path):
             ort_samples.extend(run.get("samples", []))
             ort_version = run.get("ort_version", ort_version)
-    # The tuned plan alone in its own process (`collage run --json`), as ORT is timed.
-    alone = []
-    for path in sorted(glob.glob(os.path.join(model_dir, "alone_*.json"))):
-        try:
-            with open(path, encoding="utf-8") as f:
-                alone.extend(json.load(f)["latency_ms"]["samples"])
-        except (OSError, ValueError, KeyError):
-            pass
+    # The tuned plan alone in its own process (`collage run --json`), as ORT is timed; and
+    # the same with every region's steps one after another (COLLAGE_ONEDNN_LANES=off).
+    def run_samples(pattern):
+        samples = []
+        for path in sorted(glob.glob(os.path.join(model_dir, pattern))):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    samples.extend(json.load(f)["latency_ms"]["samples"])
+            except (OSError, ValueError, KeyError):
+                pass
+        return samples
+    alone = run_samples("alone_*.json")
+    lanes_off = run_samples("lanes_off_*.json")
     placement, kernels, choices, stages = [], 0, 0, 0
     try:
         with open(os.path.join(model_dir, "plan.json"), encoding="utf-8") as f:
@@ -148,6 +153,8 @@ def model_summary(model_dir):
                 if ort_samples else None),
         "alone": ({"median": median(alone), "min": min(alone), "n": len(alone)}
                   if alone else None),
+        "lanes_off": ({"median": median(lanes_off), "min": min(lanes_off), "n": len(lanes_off)}
+                      if lanes_off else None),
         "ort_version": ort_version,
         "compare": compare,
     }
@@ -301,6 +308,21 @@ def summarize(work, out_dir):
                          f"{fmt_ms(q['median'])} ({fmt_ms(q['min'])}) | "
                          f"{fmt_x(q['median'] / t['median'])} |")
     lines.append("")
+    in_regions = [r for r in rows if r.get("lanes_off") and r.get("alone")]
+    if in_regions:
+        lines.append("Concurrent stages inside onednn-graph regions: the tuned plan alone against "
+                     "the same plan alone with each region's steps one after another "
+                     "(`COLLAGE_ONEDNN_LANES=off`), in the same rounds. A region keeps a stage "
+                     "only where it measured faster when compiled (docs/DESIGN.md).")
+        lines.append("")
+        lines.append("| model | tuned alone | regions sequential | speed-up |")
+        lines.append("|---|---:|---:|---:|")
+        for r in in_regions:
+            t, q = r["alone"], r["lanes_off"]
+            lines.append(f"| {r['model']} | {fmt_ms(t['median'])} ({fmt_ms(t['min'])}) | "
+                         f"{fmt_ms(q['median'])} ({fmt_ms(q['min'])}) | "
+                         f"{fmt_x(q['median'] / t['median'])} |")
+        lines.append("")
     notes = [r for r in rows if r["status"] != "ok"]
     for r in notes:
         lines.append(f"- {r['model']}: {r['status']}")

@@ -198,13 +198,22 @@ for model in $MODELS; do
     # process (`collage bench`): the tuned plan against the single-backend plans, all in the
     # same conditions — there each run follows another plan's and finds the caches and
     # TLBs holding that plan's memory (MobileNetV2: 3.9 ms interleaved, 3.0 ms alone).
+    # Where the plan has an onednn-graph region, the same plan alone with its regions'
+    # steps one after another (COLLAGE_ONEDNN_LANES=off): what the concurrent stages inside
+    # regions (issue 17) gain, in the same rounds.
     order="alone ort"
-    ((r % 2 == 0)) && order="ort alone"
+    grep -q '"backend": *"onednn-graph"' "$dir/plan.json" && order="alone ort lanes_off"
+    ((r % 2 == 0)) && order=$(echo "$order" | tr ' ' '\n' | tac | tr '\n' ' ')
     for who in $order bench; do
       if [ "$who" = bench ]; then
         "$COLLAGE" bench "$onnx" --plan "$dir/plan.json" --threads "$THREADS" \
           --warmup "$WARMUP" --repeat "$REPEAT" --json "$dir/collage_$r.json" \
           >"$dir/bench_$r.log" 2>&1 || say "  collage bench failed: $(tail -1 "$dir/bench_$r.log")"
+      elif [ "$who" = lanes_off ]; then
+        COLLAGE_ONEDNN_LANES=off "$COLLAGE" run "$onnx" --plan "$dir/plan.json" \
+          --threads "$THREADS" --warmup "$WARMUP" --repeat "$REPEAT" --json \
+          >"$dir/lanes_off_$r.json" 2>"$dir/lanes_off_$r.log" ||
+          say "  collage run (lanes off) failed: $(tail -1 "$dir/lanes_off_$r.log")"
       elif [ "$who" = alone ]; then
         "$COLLAGE" run "$onnx" --plan "$dir/plan.json" --threads "$THREADS" \
           --warmup "$WARMUP" --repeat "$REPEAT" --json >"$dir/alone_$r.json" \

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <set>
 
 namespace collage::onednn {
@@ -19,8 +20,9 @@ std::string library_version() {
 
 std::string backend_version() {
   // Part of every cost key: a change to how kernels run re-measures them. 6: a program's
-  // rewritten buffers share one arena (Program::finalize).
-  constexpr int kKernelRevision = 6;
+  // rewritten buffers share one arena (Program::finalize). 7: regions run independent
+  // steps in concurrent stages where measured faster (program_lanes.cc).
+  constexpr int kKernelRevision = 7;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
@@ -121,65 +123,100 @@ size_t Program::rewritten_bytes() const {
   return bytes;
 }
 
-void Program::share_rewritten_buffers() {
-  // Each rewritten buffer's lifetime: the first and last step using memory inside it (the
-  // buffer itself, or a view made from its address).
+void Program::find_rewritten_views() {
+  // Each rewritten buffer's address range as allocated, and every memory object the steps use
+  // inside one (one object may serve several steps), by its place in that buffer.
+  ranges_.clear();
+  views_.clear();
+  for (const dnnl::memory& m : rewritten_)
+    ranges_.push_back({static_cast<const char*>(m.get_data_handle()), m.get_desc().get_size()});
+  std::set<dnnl_memory_t> seen;
+  for (const Step& step : steps_)
+    for (const dnnl::memory& m : step.memories) {
+      const char* c = static_cast<const char*>(m.get_data_handle());
+      for (size_t r = 0; r < ranges_.size(); ++r)
+        if (c >= ranges_[r].base && c < ranges_[r].base + ranges_[r].bytes) {
+          if (seen.insert(m.get()).second)
+            views_.push_back({m, r, static_cast<size_t>(c - ranges_[r].base)});
+          break;
+        }
+    }
+}
+
+void Program::place_rewritten_buffers(const std::vector<std::pair<size_t, size_t>>& span) {
+  // Each rewritten buffer's lifetime: the spans of the steps using memory inside it.
   struct Life {
-    const char* base;
-    size_t bytes, first = SIZE_MAX, last = 0, offset = 0;
+    size_t first = SIZE_MAX, last = 0;
   };
   constexpr size_t kAlign = 64;
-  std::vector<Life> lives;
-  for (const dnnl::memory& m : rewritten_)
-    lives.push_back({static_cast<const char*>(m.get_data_handle()), m.get_desc().get_size()});
-  auto owner = [&](const void* p) -> Life* {
-    const char* c = static_cast<const char*>(p);
-    for (Life& l : lives)
-      if (c >= l.base && c < l.base + l.bytes) return &l;
-    return nullptr;
-  };
+  std::vector<Life> lives(ranges_.size());
+  std::map<dnnl_memory_t, size_t> range_of;
+  for (const RewrittenView& v : views_) range_of[v.memory.get()] = v.range;
   for (size_t s = 0; s < steps_.size(); ++s)
     for (const dnnl::memory& m : steps_[s].memories)
-      if (Life* l = owner(m.get_data_handle())) {
-        l->first = std::min(l->first, s);
-        l->last = std::max(l->last, s);
+      if (auto it = range_of.find(m.get()); it != range_of.end()) {
+        lives[it->second].first = std::min(lives[it->second].first, span[s].first);
+        lives[it->second].last = std::max(lives[it->second].last, span[s].second);
       }
   // Greedy by size: each at the lowest offset clear of the placed ones it overlaps in time.
-  std::vector<Life*> order;
-  for (Life& l : lives)
-    if (l.first != SIZE_MAX) order.push_back(&l);
+  std::vector<size_t> order;
+  for (size_t r = 0; r < ranges_.size(); ++r)
+    if (lives[r].first != SIZE_MAX) order.push_back(r);
   if (order.empty()) return;
   std::stable_sort(order.begin(), order.end(),
-                   [](const Life* a, const Life* b) { return a->bytes > b->bytes; });
-  std::vector<Life*> placed;
+                   [&](size_t a, size_t b) { return ranges_[a].bytes > ranges_[b].bytes; });
+  std::vector<size_t> placed;
   size_t total = 0;
-  for (Life* l : order) {
+  for (size_t r : order) {
     std::vector<std::pair<size_t, size_t>> taken;  // [begin, end) of live neighbours
-    for (const Life* p : placed)
-      if (p->first <= l->last && l->first <= p->last)
-        taken.emplace_back(p->offset, p->offset + p->bytes);
+    for (size_t p : placed)
+      if (lives[p].first <= lives[r].last && lives[r].first <= lives[p].last)
+        taken.emplace_back(ranges_[p].offset, ranges_[p].offset + ranges_[p].bytes);
     std::sort(taken.begin(), taken.end());
     size_t offset = 0;
     for (const auto& [begin, end] : taken) {
-      if (offset + l->bytes <= begin) break;
+      if (offset + ranges_[r].bytes <= begin) break;
       offset = std::max(offset, (end + kAlign - 1) / kAlign * kAlign);
     }
-    l->offset = offset;
-    total = std::max(total, offset + l->bytes);
-    placed.push_back(l);
+    ranges_[r].offset = offset;
+    total = std::max(total, offset + ranges_[r].bytes);
+    placed.push_back(r);
+  }
+  // A new arena replaces the last one (placed again for concurrent stages).
+  if (arena_) {
+    buffers_.erase(std::remove_if(buffers_.begin(), buffers_.end(),
+                                  [&](const dnnl::memory& m) { return m.get() == arena_.get(); }),
+                   buffers_.end());
   }
   arena_ = buffer(dnnl::memory::desc({static_cast<int64_t>(total)}, dt::u8, tag::a));
   char* arena = static_cast<char*>(arena_.get_data_handle());
-  // Every memory object the steps use once (one object may serve several steps), moved by
-  // its address's place in its buffer.
-  std::vector<std::pair<dnnl::memory, char*>> moves;
-  std::set<dnnl_memory_t> seen;
-  for (const Step& step : steps_)
-    for (const dnnl::memory& m : step.memories)
-      if (const Life* l = owner(m.get_data_handle()); l && seen.insert(m.get()).second)
-        moves.emplace_back(
-            m, arena + l->offset + (static_cast<const char*>(m.get_data_handle()) - l->base));
-  for (auto& [m, handle] : moves) m.set_data_handle(handle);
+  for (RewrittenView& v : views_)
+    v.memory.set_data_handle(arena + ranges_[v.range].offset + v.offset);
+}
+
+void Program::bind_scratchpads() {
+  // One scratchpad per lane: steps of one lane run one after another, so they share it.
+  const size_t lanes = std::max<size_t>(1, lane_streams_.size() + 1);
+  size_t bytes = 0;
+  for (const Step& s : steps_) bytes = std::max(bytes, s.scratchpad_md.get_size());
+  if (bytes == 0) return;
+  while (scratchpads_.size() < lanes)
+    scratchpads_.push_back(
+        buffer(dnnl::memory::desc({static_cast<int64_t>(bytes)}, dt::u8, tag::a)));
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    Step& s = steps_[i];
+    if (s.scratchpad_md.get_size() == 0) continue;
+    const size_t lane = lane_of_step_.empty() ? 0 : lane_of_step_[i];
+    dnnl::memory m(s.scratchpad_md, cpu_engine(), scratchpads_[lane].get_data_handle());
+    if (s.scratchpad_arg < 0) {
+      s.scratchpad_arg = static_cast<int>(s.args.size());
+      s.args.push_back({DNNL_ARG_SCRATCHPAD, m.get()});
+      s.memories.push_back(m);
+    } else {
+      s.args[s.scratchpad_arg].memory = m.get();
+      s.memories[s.scratchpad_arg] = m;
+    }
+  }
 }
 
 dnnl::memory Program::constant(const Tensor& tensor, const dnnl::memory::desc& from,
@@ -228,29 +265,37 @@ void Program::rollback(const Mark& mark) {
   steps_.resize(mark.steps);
 }
 
-void Program::finalize() {
-  share_rewritten_buffers();
-  size_t bytes = 0;
-  for (const Step& s : steps_) bytes = std::max(bytes, s.scratchpad_md.get_size());
-  if (bytes == 0) return;
-  scratchpad_ = buffer(dnnl::memory::desc({static_cast<int64_t>(bytes)}, dt::u8, tag::a));
-  for (Step& s : steps_) {
-    if (s.scratchpad_md.get_size() == 0) continue;
-    dnnl::memory m(s.scratchpad_md, cpu_engine(), scratchpad_.get_data_handle());
-    s.args.push_back({DNNL_ARG_SCRATCHPAD, m.get()});
-    s.memories.push_back(m);
-  }
+void Program::finalize(Lanes lanes) {
+  find_rewritten_views();
+  std::vector<std::pair<size_t, size_t>> one_at_a_time(steps_.size());
+  for (size_t s = 0; s < steps_.size(); ++s) one_at_a_time[s] = {s, s};
+  place_rewritten_buffers(one_at_a_time);
+  bind_scratchpads();
+  if (lanes != Lanes::kSequential) choose_lanes(lanes);
+}
+
+dnnl_status_t Program::execute(size_t step, dnnl::stream& stream) {
+  const Step& s = steps_[step];
+  return dnnl_primitive_execute(s.primitive.get(), stream.get(), static_cast<int>(s.args.size()),
+                                s.args.data());
+}
+
+void Program::run_steps(size_t begin, size_t end) {
+  for (size_t s = begin; s < end; ++s) check(execute(s, stream_));
 }
 
 void Program::run(std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
   for (auto& [index, memory] : inputs_) memory.set_data_handle(inputs[index].raw());
   for (auto& [index, memory] : outputs_) memory.set_data_handle(outputs[index].raw());
-  for (const Step& s : steps_) {
-    dnnl_status_t status = dnnl_primitive_execute(s.primitive.get(), stream_.get(),
-                                                  static_cast<int>(s.args.size()), s.args.data());
-    if (status != dnnl_success)
-      fail(ErrorKind::kBackend, "onednn: primitive execution failed (status {})",
-           static_cast<int>(status));
+  if (stages_.empty()) {
+    run_steps(0, steps_.size());
+  } else {
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      if (stages_[i].lanes.empty())
+        run_steps(stages_[i].begin, stages_[i].end);
+      else
+        run_lanes(i);
+    }
   }
   dnnl_stream_wait(stream_.get());
 }

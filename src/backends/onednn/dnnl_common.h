@@ -3,7 +3,12 @@
 // boundary memories are re-pointed at the caller's tensors on each run.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -11,6 +16,7 @@
 
 #include <dnnl.hpp>
 
+#include "backends/onednn/lanes.h"
 #include "collage/error.h"
 #include "collage/graph.h"
 #include "collage/kernel.h"
@@ -30,7 +36,8 @@ std::string library_version();  // "2.6.3"
 // Split, Transpose, channel shuffle, Pad, spatial reductions) in kernels and regions, which
 // refused them before; a pool's full-shape post-op operand read in its output's layout.
 // r4: onednn-graph regions run a 1x1 conv and the depthwise conv after it as one primitive.
-std::string backend_version();  // "2.6.3+r6"
+// r6: buffer reuse; r7: concurrent stages inside regions.
+std::string backend_version();  // "2.6.3+r7"
 std::string effective_isa();    // e.g. "avx512_core_bf16"
 
 // A rank-0 shape becomes {1}: oneDNN has no scalars.
@@ -98,14 +105,22 @@ class Program {
   Mark mark() const { return {inputs_.size(), outputs_.size(), steps_.size()}; }
   void rollback(const Mark& mark);
 
+  // How finalize() may run the steps. kMeasured: on more than one thread (this thread's
+  // OpenMP count, the kernel's), measures the steps and runs independent ones in concurrent
+  // stages where the whole program, timed both ways, is faster so (lanes.h). The
+  // environment variable COLLAGE_ONEDNN_LANES=off turns kMeasured into kSequential (for
+  // side-by-side measurements).
+  enum class Lanes { kSequential, kMeasured, kAlways };
   // Places the rewritten buffers in one arena by their steps' lifetimes, and allocates the
-  // scratchpad the steps share (they run one after another). Call once, last.
-  void finalize();
+  // scratchpads the steps use; then chooses the stages. Call once, last.
+  void finalize(Lanes lanes = Lanes::kSequential);
   void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs);
 
   // After finalize(): the bytes of the rewritten buffers, and of the arena they share.
   size_t rewritten_bytes() const;
   size_t arena_bytes() const { return arena_ ? arena_.get_desc().get_size() : 0; }
+  // After finalize(): the stages run with lanes (0: every step one after another).
+  int concurrent_stages() const;
 
  private:
   struct Step {
@@ -113,23 +128,89 @@ class Program {
     std::vector<dnnl::memory> memories;  // keeps the handles in `args` alive
     std::vector<dnnl_exec_arg_t> args;
     dnnl::memory::desc scratchpad_md;
+    int scratchpad_arg = -1;  // its index in args and memories, once bound
+    // In a concurrent stage: the steps of other lanes it waits for.
+    std::vector<size_t> waits;
+  };
+  // A rewritten buffer's address range as allocated, and where finalize() placed it.
+  struct RewrittenRange {
+    const char* base;
+    size_t bytes;
+    size_t offset = 0;
+  };
+  // A memory object of a step inside a rewritten buffer: which one, and where in it.
+  struct RewrittenView {
+    dnnl::memory memory;
+    size_t range;
+    size_t offset;
   };
   dnnl::stream stream_;
   std::vector<std::pair<int, dnnl::memory>> inputs_, outputs_;
   std::vector<Step> steps_;
-  void share_rewritten_buffers();
+
+  void find_rewritten_views();
+  // Places the rewritten buffers so that two whose steps' spans overlap never share bytes;
+  // span[s] = the first and last step position step s may run at.
+  void place_rewritten_buffers(const std::vector<std::pair<size_t, size_t>>& span);
+  void bind_scratchpads();
+  dnnl_status_t execute(size_t step, dnnl::stream& stream);
+  void run_steps(size_t begin, size_t end);
+  void run_lanes(size_t stage);
+
+  static void check(dnnl_status_t status);  // throws kBackend for a failed execution
+
+  // Lanes (program_lanes.cc).
+  // Scratch memory standing in for the kernel's inputs and outputs while finalize() measures.
+  class ScratchBinding {
+   public:
+    explicit ScratchBinding(Program& program);
+    void bind();
+
+   private:
+    Program& program_;
+    std::vector<dnnl::memory> data_;
+    std::map<int, void*> inputs_, outputs_;
+  };
+  // The buffers each step reads and writes; nullopt when a memory is not the program's.
+  std::optional<std::vector<StepAccess>> step_accesses() const;
+  // Per step: computes the same on one thread of a team as alone (checked by running it).
+  std::vector<bool> narrow_safe_steps(int threads);
+  std::vector<StepCost> measure_step_costs(int threads);
+  double team_start_ms(int threads);
+  // The concurrent stages measured faster than their steps one by one; the rest sequential.
+  std::vector<LaneStage> stages_measured_faster();
+  void choose_lanes(Lanes lanes);
+  void apply_lanes(const std::vector<LaneStage>& stages,
+                   const std::vector<std::vector<size_t>>& preds);
+  void drop_lanes();
 
   std::vector<dnnl::memory> buffers_;
   std::vector<dnnl::memory> rewritten_;  // also in buffers_
-  dnnl::memory scratchpad_, arena_;
+  std::vector<RewrittenRange> ranges_;
+  std::vector<RewrittenView> views_;
+  dnnl::memory arena_;
+  std::vector<dnnl::memory> scratchpads_;  // one per lane
+  std::vector<dnnl::stream> lane_streams_;
+  struct Stage {
+    size_t begin = 0, end = 0;
+    std::vector<std::vector<size_t>> lanes;  // empty: one after another
+  };
+  std::vector<Stage> stages_;
+  std::vector<size_t> lane_of_step_;
+  std::unique_ptr<std::atomic<uint64_t>[]> done_;  // the run that finished each step
+  uint64_t epoch_ = 0;
 };
 
 class ProgramKernel : public Kernel {
  public:
-  explicit ProgramKernel(Program program) : program_(std::move(program)) { program_.finalize(); }
+  explicit ProgramKernel(Program program, Program::Lanes lanes = Program::Lanes::kSequential)
+      : program_(std::move(program)) {
+    program_.finalize(lanes);
+  }
   void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs) override {
     program_.run(inputs, outputs);
   }
+  const Program& program() const { return program_; }
 
  private:
   Program program_;

@@ -87,7 +87,7 @@ class RegionCompiler {
       pending_.erase(ready);
       emit(group);
     }
-    return std::make_unique<ProgramKernel>(std::move(program_));
+    return std::make_unique<ProgramKernel>(std::move(program_), Program::Lanes::kMeasured);
   }
 
  private:

@@ -1,0 +1,67 @@
+// Running independent primitives of one onednn program at once (issue 17, inside a region).
+//
+// Since glue ops run inside onednn-graph regions, a branchy CNN (GoogLeNet, Inception,
+// NASNet) tunes to ONE region, so the executor's step schedule has nothing to overlap: the
+// branches are primitives of one program. Small primitives scale badly to all threads
+// (measured here, 2 threads vs 1, sum over the program's primitives: NASNet-A-Mobile 1.34x,
+// MobileNetV2 1.40x, GoogLeNet 1.67x, Inception-v3 1.83x), so a program may run a run of its
+// steps as a concurrent *stage*: each thread a lane of single-threaded primitives (oneDNN
+// runs a primitive on one thread when called inside an OpenMP parallel region), a lane
+// waiting for another only where a step reads what the other lane writes.
+//
+// This file is the choice, a pure function of the step graph and of costs (a test can give
+// it any): the program (dnnl_common.cc) measures each step on every thread ("wide") and on
+// one thread beside the others ("narrow"), and keeps the stages only when the whole
+// program, timed both ways, is faster with them.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace collage::onednn {
+
+// The buffers a step reads and writes (ids the caller gives: one per distinct buffer).
+struct StepAccess {
+  std::vector<int> reads, writes;
+};
+
+// For each step, the earlier steps it must follow: it reads what they write, or writes what
+// they read or write (a buffer reused in place).
+std::vector<std::vector<size_t>> step_dependencies(const std::vector<StepAccess>& steps);
+
+struct StepCost {
+  double wide_ms = 0;    // alone, on every thread of the program
+  double narrow_ms = 0;  // on one thread
+  // Whether it computes the same on one thread of a team as alone: oneDNN 2.6's nhwc batch
+  // norm (bnorm_tbb_jit) computes half its output there. A step that does not never runs in
+  // a lane.
+  bool narrow_safe = true;
+};
+
+// Steps [begin, end) of a program, either one after another on every thread (no lanes) or
+// concurrently: lanes[k] lists the steps thread k runs, in program order.
+struct LaneStage {
+  size_t begin = 0, end = 0;
+  std::vector<std::vector<size_t>> lanes;
+  bool concurrent() const { return !lanes.empty(); }
+};
+
+struct LanePlan {
+  std::vector<LaneStage> stages;  // cover every step, in order
+  double predicted_ms = 0;        // under the costs given
+  double sequential_ms = 0;       // every step wide
+  int concurrent_stages() const;
+};
+
+// The fastest cover of the steps by stages under `costs`: dynamic programming over the stage
+// boundaries (a concurrent stage spans at most `max_stage_steps` steps), each concurrent stage
+// list-scheduled onto `lanes` threads in program order (a step goes to the lane where it
+// finishes first, after its predecessors in the stage) and charged its last lane's finish
+// plus `stage_overhead_ms` (starting the threads, the last join). Predecessors before a
+// stage are done when it starts. A concurrent stage uses at least two lanes and holds no
+// step that is not narrow_safe.
+LanePlan plan_lanes(const std::vector<std::vector<size_t>>& preds,
+                    const std::vector<StepCost>& costs, int lanes, double stage_overhead_ms,
+                    size_t max_stage_steps = 256);
+
+}  // namespace collage::onednn

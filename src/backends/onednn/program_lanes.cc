@@ -1,0 +1,352 @@
+// Program's concurrent stages (see lanes.h for why and how they are chosen): which buffers
+// each step touches, the steps' costs measured on all threads and on one, the stages run
+// as an OpenMP team whose threads each run a lane of single-threaded primitives.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "backends/onednn/dnnl_common.h"
+#include "runtime/interleaved_timing.h"
+#include "util/compare.h"
+
+namespace collage::onednn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// The arguments a primitive writes; every other argument is read.
+bool writes(int arg) {
+  return arg == DNNL_ARG_DST_0 || arg == DNNL_ARG_DST_1 || arg == DNNL_ARG_DST_2 ||
+         arg == DNNL_ARG_WORKSPACE ||
+         (arg >= DNNL_ARG_MULTIPLE_DST && arg < DNNL_ARG_MULTIPLE_DST + DNNL_ARG_MULTIPLE_DST);
+}
+
+// COLLAGE_ONEDNN_LANES: "off" (or 0) runs every program sequentially, "always" runs every
+// independent steps concurrently (tests: races show up whatever the costs), anything else
+// or unset leaves the caller's mode.
+Program::Lanes lanes_from_environment(Program::Lanes requested) {
+  const char* v = std::getenv("COLLAGE_ONEDNN_LANES");
+  if (requested == Program::Lanes::kSequential || !v) return requested;
+  if (!std::strcmp(v, "off") || !std::strcmp(v, "0")) return Program::Lanes::kSequential;
+  if (!std::strcmp(v, "always")) return Program::Lanes::kAlways;
+  return requested;
+}
+
+// Runs and timings at compile time: enough for a median, few enough that a region's compile
+// stays a small part of its measurement by the tuner.
+constexpr int kTimedRuns = 5;
+
+}  // namespace
+
+int Program::concurrent_stages() const {
+  return static_cast<int>(std::count_if(stages_.begin(), stages_.end(),
+                                        [](const Stage& s) { return !s.lanes.empty(); }));
+}
+
+std::optional<std::vector<StepAccess>> Program::step_accesses() const {
+  // Kernel inputs and outputs by index, the rewritten buffers' views by the buffer they were
+  // allocated as (they share the arena now), other program buffers by the allocation the
+  // address lies in.
+  std::map<dnnl_memory_t, int> bound;
+  for (const auto& [index, m] : inputs_) bound[m.get()] = -2 - 2 * index;
+  for (const auto& [index, m] : outputs_) bound[m.get()] = -3 - 2 * index;
+  for (const RewrittenView& v : views_)
+    bound[v.memory.get()] = static_cast<int>(buffers_.size() + v.range);
+  std::vector<StepAccess> access(steps_.size());
+  for (size_t s = 0; s < steps_.size(); ++s)
+    for (size_t i = 0; i < steps_[s].args.size(); ++i) {
+      if (static_cast<int>(i) == steps_[s].scratchpad_arg) continue;
+      const dnnl::memory& m = steps_[s].memories[i];
+      std::optional<int> id;
+      if (auto it = bound.find(m.get()); it != bound.end()) {
+        id = it->second;
+      } else if (const char* p = static_cast<const char*>(m.get_data_handle())) {
+        for (size_t b = 0; b < buffers_.size() && !id; ++b) {
+          const char* base = static_cast<const char*>(buffers_[b].get_data_handle());
+          if (p >= base && p < base + buffers_[b].get_desc().get_size()) id = static_cast<int>(b);
+        }
+      }
+      if (!id) return std::nullopt;
+      (writes(steps_[s].args[i].arg) ? access[s].writes : access[s].reads).push_back(*id);
+    }
+  return access;
+}
+
+Program::ScratchBinding::ScratchBinding(Program& program) : program_(program) {
+  // As large as any memory bound to the index needs (a view may start at an offset).
+  auto bytes_by_index = [](const std::vector<std::pair<int, dnnl::memory>>& bound) {
+    std::map<int, size_t> bytes;
+    for (const auto& [index, m] : bound) {
+      const dnnl::memory::desc md = m.get_desc();
+      const size_t b = md.get_size() + static_cast<size_t>(md.data.offset0) * sizeof(double);
+      bytes[index] = std::max(bytes[index], b);
+    }
+    return bytes;
+  };
+  // Inputs not all zero, so that a wrong kernel's output differs from a right one's.
+  auto allocate = [&](size_t bytes) {
+    dnnl::memory m(dnnl::memory::desc({static_cast<int64_t>(bytes)}, dt::u8, tag::a), cpu_engine());
+    std::memset(m.get_data_handle(), 0, bytes);
+    data_.push_back(m);
+    return static_cast<char*>(m.get_data_handle());
+  };
+  for (const auto& [index, bytes] : bytes_by_index(program.inputs_)) {
+    char* data = allocate(bytes);
+    for (size_t i = 0; i + sizeof(float) <= bytes; i += sizeof(float)) {
+      const float v = static_cast<float>((i / sizeof(float)) % 23) * 0.01f - 0.1f;
+      std::memcpy(data + i, &v, sizeof v);
+    }
+    inputs_[index] = data;
+  }
+  for (const auto& [index, bytes] : bytes_by_index(program.outputs_))
+    outputs_[index] = allocate(bytes);
+}
+
+void Program::ScratchBinding::bind() {
+  for (auto& [index, m] : program_.inputs_) m.set_data_handle(inputs_[index]);
+  for (auto& [index, m] : program_.outputs_) m.set_data_handle(outputs_[index]);
+}
+
+void Program::check(dnnl_status_t status) {
+  if (status != dnnl_success)
+    fail(ErrorKind::kBackend, "onednn: primitive execution failed (status {})",
+         static_cast<int>(status));
+}
+
+std::vector<bool> Program::narrow_safe_steps(int threads) {
+  // Each step once on one thread of a team (the last: lanes other than the caller's run
+  // there) into copies of what it writes, then as the program runs it; the two must agree.
+  // A step writing through an offset view is not checked and never runs in a lane.
+  std::vector<bool> safe(steps_.size(), true);
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    Step& step = steps_[s];
+    std::vector<dnnl_exec_arg_t> args = step.args;
+    std::vector<std::pair<size_t, dnnl::memory>> copies;  // (arg, copy)
+    for (size_t i = 0; i < args.size() && safe[s]; ++i) {
+      if (!writes(args[i].arg) || static_cast<int>(i) == step.scratchpad_arg) continue;
+      const dnnl::memory::desc md = step.memories[i].get_desc();
+      if (md.data.offset0 != 0 || md.get_size() == 0) {
+        safe[s] = false;
+        break;
+      }
+      // Starts as the destination is now: a sum post-op reads it.
+      dnnl::memory copy(md, cpu_engine());
+      std::memcpy(copy.get_data_handle(), step.memories[i].get_data_handle(), md.get_size());
+      args[i].memory = copy.get();
+      copies.emplace_back(i, copy);
+    }
+    if (safe[s]) {
+      dnnl_status_t status = dnnl_success;
+#pragma omp parallel num_threads(threads)
+      if (omp_get_thread_num() == threads - 1)
+        status = dnnl_primitive_execute(step.primitive.get(), stream_.get(),
+                                        static_cast<int>(args.size()), args.data());
+      check(status);
+    }
+    check(execute(s, stream_));
+    for (const auto& [i, copy] : copies) {
+      const dnnl::memory::desc md = copy.get_desc();
+      const void* expected = step.memories[i].get_data_handle();
+      if (md.data_type() == dt::f32) {
+        const Shape n = {static_cast<int64_t>(md.get_size() / sizeof(float))};
+        safe[s] = safe[s] &&
+                  compare_tensors(Tensor::view(DType::kFloat32, n, copy.get_data_handle()),
+                                  Tensor::view(DType::kFloat32, n, const_cast<void*>(expected)),
+                                  Tolerance::backend_vs_reference())
+                      .empty();
+      } else {
+        safe[s] = safe[s] && !std::memcmp(copy.get_data_handle(), expected, md.get_size());
+      }
+    }
+  }
+  return safe;
+}
+
+std::vector<StepCost> Program::measure_step_costs(int threads) {
+  // Each step on every thread, and on one thread of a team whose other threads idle at its
+  // end (as a lane's partner may).
+  run_steps(0, steps_.size());  // warm-up: JIT state, pages, caches
+  std::vector<std::vector<double>> wide(steps_.size()), narrow(steps_.size());
+  for (int r = 0; r < kTimedRuns; ++r) {
+    for (size_t s = 0; s < steps_.size(); ++s) {
+      const auto t0 = Clock::now();
+      check(execute(s, stream_));
+      wide[s].push_back(ms_since(t0));
+    }
+    dnnl_status_t status = dnnl_success;
+#pragma omp parallel num_threads(threads)
+    if (omp_get_thread_num() == 0)
+      for (size_t s = 0; s < steps_.size() && status == dnnl_success; ++s) {
+        const auto t0 = Clock::now();
+        status = execute(s, stream_);
+        narrow[s].push_back(ms_since(t0));
+      }
+    check(status);
+  }
+  std::vector<StepCost> costs(steps_.size());
+  for (size_t s = 0; s < steps_.size(); ++s) costs[s] = {median_of(wide[s]), median_of(narrow[s])};
+  return costs;
+}
+
+double Program::team_start_ms(int threads) {
+  std::vector<double> samples;
+  for (int r = 0; r < 50; ++r) {
+    const auto t0 = Clock::now();
+#pragma omp parallel num_threads(threads)
+    {}
+    samples.push_back(ms_since(t0));
+  }
+  return median_of(samples);
+}
+
+std::vector<LaneStage> Program::stages_measured_faster() {
+  // Each stage both ways in every round, alternating, the first round a warm-up.
+  const size_t k = stages_.size();
+  std::vector<std::vector<double>> with(k), without(k);
+  for (int r = 0; r < kTimedRuns + 1; ++r)
+    for (size_t i = 0; i < k; ++i) {
+      if (stages_[i].lanes.empty()) continue;
+      auto t0 = Clock::now();
+      run_steps(stages_[i].begin, stages_[i].end);
+      const double one_by_one = ms_since(t0);
+      t0 = Clock::now();
+      run_lanes(i);
+      const double staged = ms_since(t0);
+      if (r == 0) continue;
+      without[i].push_back(one_by_one);
+      with[i].push_back(staged);
+    }
+  std::vector<LaneStage> kept;
+  for (size_t i = 0; i < k; ++i) {
+    if (!stages_[i].lanes.empty() && median_of(with[i]) < median_of(without[i])) {
+      kept.push_back({stages_[i].begin, stages_[i].end, stages_[i].lanes});
+    } else if (!kept.empty() && !kept.back().concurrent()) {
+      kept.back().end = stages_[i].end;
+    } else {
+      kept.push_back({stages_[i].begin, stages_[i].end, {}});
+    }
+  }
+  return kept;
+}
+
+void Program::choose_lanes(Lanes requested) {
+  const Lanes mode = lanes_from_environment(requested);
+  const int threads = omp_get_max_threads();
+  if (mode == Lanes::kSequential || threads < 2 || steps_.size() < 2 || omp_in_parallel()) return;
+  const std::optional<std::vector<StepAccess>> access = step_accesses();
+  if (!access) return;  // a memory nothing identifies: kept sequential
+  const std::vector<std::vector<size_t>> preds = step_dependencies(*access);
+  // Unit costs: a stage wherever steps can overlap at all.
+  std::vector<StepCost> unit(steps_.size(), {1, 1});
+  if (plan_lanes(preds, unit, threads, 0).concurrent_stages() == 0) return;
+  // Running needs the kernel's inputs and outputs: scratch buffers stand in for them. The
+  // check comes first, while no run has left a destination holding its right result.
+  ScratchBinding scratch(*this);
+  scratch.bind();
+  const std::vector<bool> safe = narrow_safe_steps(threads);
+  if (mode == Lanes::kAlways) {
+    for (size_t s = 0; s < steps_.size(); ++s) unit[s].narrow_safe = safe[s];
+    const LanePlan plan = plan_lanes(preds, unit, threads, 0);
+    if (plan.concurrent_stages() > 0) apply_lanes(plan.stages, preds);
+    return;
+  }
+  std::vector<StepCost> costs = measure_step_costs(threads);
+  for (size_t s = 0; s < steps_.size(); ++s) costs[s].narrow_safe = safe[s];
+  const LanePlan plan = plan_lanes(preds, costs, threads, team_start_ms(threads));
+  if (plan.concurrent_stages() == 0) return;
+  apply_lanes(plan.stages, preds);
+  // The costs were measured one step at a time: each stage is kept only where, run whole,
+  // it is faster than its steps one after another.
+  scratch.bind();
+  const std::vector<LaneStage> kept = stages_measured_faster();
+  const int kept_stages = static_cast<int>(
+      std::count_if(kept.begin(), kept.end(), [](const LaneStage& s) { return s.concurrent(); }));
+  if (kept_stages == 0)
+    drop_lanes();
+  else if (kept_stages < plan.concurrent_stages())
+    apply_lanes(kept, preds);
+}
+
+void Program::apply_lanes(const std::vector<LaneStage>& stages,
+                          const std::vector<std::vector<size_t>>& preds) {
+  const size_t n = steps_.size();
+  stages_.clear();
+  lane_of_step_.assign(n, 0);
+  size_t lanes = 1;
+  std::vector<std::pair<size_t, size_t>> span(n);
+  for (const LaneStage& ls : stages) {
+    stages_.push_back({ls.begin, ls.end, ls.lanes});
+    for (size_t s = ls.begin; s < ls.end; ++s)
+      span[s] = ls.concurrent() ? std::make_pair(ls.begin, ls.end - 1) : std::make_pair(s, s);
+    for (size_t l = 0; l < ls.lanes.size(); ++l)
+      for (size_t s : ls.lanes[l]) lane_of_step_[s] = l;
+    lanes = std::max(lanes, ls.lanes.size());
+  }
+  // A step waits for its predecessors in other lanes of its stage (those before the stage
+  // are done when it starts; those in its own lane ran before it).
+  for (size_t s = 0; s < n; ++s) steps_[s].waits.clear();
+  for (const LaneStage& ls : stages)
+    if (ls.concurrent())
+      for (size_t s = ls.begin; s < ls.end; ++s)
+        for (size_t p : preds[s])
+          if (p >= ls.begin && lane_of_step_[p] != lane_of_step_[s]) steps_[s].waits.push_back(p);
+  // Buffers of every step of a concurrent stage live through the whole stage.
+  place_rewritten_buffers(span);
+  while (lane_streams_.size() + 1 < lanes) lane_streams_.emplace_back(cpu_engine());
+  bind_scratchpads();
+  done_ = std::make_unique<std::atomic<uint64_t>[]>(n);
+  for (size_t s = 0; s < n; ++s) done_[s].store(0);
+}
+
+void Program::drop_lanes() {
+  stages_.clear();
+  lane_of_step_.clear();
+  for (Step& s : steps_) s.waits.clear();
+  std::vector<std::pair<size_t, size_t>> one_at_a_time(steps_.size());
+  for (size_t s = 0; s < steps_.size(); ++s) one_at_a_time[s] = {s, s};
+  place_rewritten_buffers(one_at_a_time);
+  bind_scratchpads();
+}
+
+void Program::run_lanes(size_t stage_index) {
+  const Stage& stage = stages_[stage_index];
+  const uint64_t epoch = ++epoch_;
+  const int lanes = static_cast<int>(stage.lanes.size());
+  std::atomic<int> failed{dnnl_success};
+#pragma omp parallel num_threads(lanes)
+  {
+    // A team smaller than asked (an OpenMP thread limit): its first thread runs every step.
+    const bool alone = omp_get_num_threads() < lanes;
+    const int lane = omp_get_thread_num();
+    auto run_one = [&](size_t s) {
+      for (size_t w : steps_[s].waits)
+        for (int spins = 0; done_[w].load(std::memory_order_acquire) != epoch; ++spins)
+          if (spins > 1000) std::this_thread::yield();
+      if (failed.load(std::memory_order_relaxed) == dnnl_success) {
+        dnnl::stream& stream = lane == 0 ? stream_ : lane_streams_[lane - 1];
+        if (dnnl_status_t status = execute(s, stream); status != dnnl_success) failed.store(status);
+      }
+      done_[s].store(epoch, std::memory_order_release);
+    };
+    if (alone) {
+      if (lane == 0)
+        for (size_t s = stage.begin; s < stage.end; ++s) run_one(s);
+    } else if (lane < lanes) {
+      for (size_t s : stage.lanes[lane]) run_one(s);
+    }
+  }
+  check(static_cast<dnnl_status_t>(failed.load()));
+}
+
+}  // namespace collage::onednn

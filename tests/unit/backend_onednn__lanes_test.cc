@@ -1,0 +1,302 @@
+// Concurrent stages inside an onednn program (lanes.h, program_lanes.cc): the dependencies
+// between steps from the buffers they touch, the stages chosen under costs the test sets
+// (where the best cover is known), and programs and regions run with lanes computing what
+// they compute one step at a time, including a oneDNN kernel that is wrong on one thread of
+// a team and must be kept out of the lanes.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "backend_test_util.h"
+#include "backends/onednn/dnnl_common.h"
+#include "backends/onednn/lanes.h"
+#include "backends/onednn/region_kernel.h"
+#include "runtime/threads.h"
+
+namespace collage::onednn {
+namespace {
+
+using testing::attr_i;
+using testing::attr_ints;
+using testing::GraphBuilder;
+using testing::outputs_match;
+
+std::vector<std::vector<size_t>> deps(const std::vector<StepAccess>& steps) {
+  return step_dependencies(steps);
+}
+
+TEST(OnednnLanes, DependenciesFollowWritesNotSharedReads) {
+  // 0 writes A; 1 and 2 both read A (independent of each other); 3 overwrites A in place
+  // (after both readers); 4 reads B, which nothing wrote.
+  const std::vector<StepAccess> steps = {{{}, {1}}, {{1}, {2}}, {{1}, {3}}, {{1}, {1}}, {{4}, {5}}};
+  const auto p = deps(steps);
+  EXPECT_EQ(p[0], std::vector<size_t>{});
+  EXPECT_EQ(p[1], std::vector<size_t>{0});
+  EXPECT_EQ(p[2], std::vector<size_t>{0});  // not 1: reads do not order each other
+  EXPECT_EQ(p[3], (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ(p[4], std::vector<size_t>{});
+}
+
+// Steps of a fork: `head` wide, then two chains of `len` steps each, then a join.
+struct Fork {
+  std::vector<std::vector<size_t>> preds;
+  std::vector<StepCost> costs;
+};
+Fork fork_of_two_chains(size_t len, StepCost chain_step) {
+  Fork f;
+  f.preds.push_back({});  // 0: head
+  f.costs.push_back({1.0, 1.8});
+  for (size_t c = 0; c < 2; ++c)
+    for (size_t i = 0; i < len; ++i) {
+      const size_t s = f.preds.size();
+      f.preds.push_back({i == 0 ? size_t{0} : s - 1});
+      f.costs.push_back(chain_step);
+    }
+  f.preds.push_back({len, 2 * len});  // join: the ends of both chains
+  f.costs.push_back({1.0, 1.8});
+  return f;
+}
+
+TEST(OnednnLanes, TwoBadlyScalingChainsRunAsOneStageOfTwoLanes) {
+  // Each chain step: 1 ms on one thread, 0.8 ms on two (scales 1.25x). One after another:
+  // 1 + 8 x 0.8 + 1 = 8.4; the chains side by side: 1 + 4 + 0.05 + 1 = 6.05.
+  const Fork f = fork_of_two_chains(4, {0.8, 1.0});
+  const LanePlan plan = plan_lanes(f.preds, f.costs, 2, 0.05);
+  EXPECT_DOUBLE_EQ(plan.sequential_ms, 8.4);
+  EXPECT_NEAR(plan.predicted_ms, 6.05, 1e-9);
+  ASSERT_EQ(plan.stages.size(), 3u);
+  EXPECT_FALSE(plan.stages[0].concurrent());
+  EXPECT_EQ(plan.stages[0].end, 1u);
+  ASSERT_TRUE(plan.stages[1].concurrent());
+  EXPECT_EQ(plan.stages[1].begin, 1u);
+  EXPECT_EQ(plan.stages[1].end, 9u);
+  // Each chain stays on one lane (no hand-over between threads).
+  EXPECT_EQ(plan.stages[1].lanes, (std::vector<std::vector<size_t>>{{1, 2, 3, 4}, {5, 6, 7, 8}}));
+  EXPECT_FALSE(plan.stages[2].concurrent());
+}
+
+TEST(OnednnLanes, StepsThatScaleWellStayOnEveryThread) {
+  // 2 ms on one thread, 1 ms on two: lanes cannot win.
+  const Fork f = fork_of_two_chains(4, {1.0, 2.0});
+  const LanePlan plan = plan_lanes(f.preds, f.costs, 2, 0.0);
+  EXPECT_EQ(plan.concurrent_stages(), 0);
+  EXPECT_DOUBLE_EQ(plan.predicted_ms, plan.sequential_ms);
+  ASSERT_EQ(plan.stages.size(), 1u);  // one sequential stage for the whole program
+  EXPECT_EQ(plan.stages[0].end, f.costs.size());
+}
+
+TEST(OnednnLanes, AStageCostsItsHandOff) {
+  // The lanes save 8 x 0.8 - 4 = 2.4 ms; a hand-off of 3 ms makes them lose.
+  const Fork f = fork_of_two_chains(4, {0.8, 1.0});
+  EXPECT_EQ(plan_lanes(f.preds, f.costs, 2, 2.0).concurrent_stages(), 1);
+  EXPECT_EQ(plan_lanes(f.preds, f.costs, 2, 3.0).concurrent_stages(), 0);
+}
+
+TEST(OnednnLanes, AStepUnsafeOnOneThreadNeverRunsInALane) {
+  Fork f = fork_of_two_chains(4, {0.8, 1.0});
+  f.costs[6].narrow_safe = false;  // the second chain's second step
+  const LanePlan plan = plan_lanes(f.preds, f.costs, 2, 0.05);
+  bool seen = false;
+  for (const LaneStage& s : plan.stages) {
+    if (s.begin <= 6 && 6 < s.end) {
+      EXPECT_FALSE(s.concurrent());
+      seen = true;
+    }
+  }
+  EXPECT_TRUE(seen);
+  EXPECT_GT(plan.concurrent_stages(), 0);  // the rest still overlaps
+  EXPECT_LT(plan.predicted_ms, plan.sequential_ms);
+}
+
+TEST(OnednnLanes, OneLaneNeverMakesAStage) {
+  const Fork f = fork_of_two_chains(4, {0.8, 1.0});
+  EXPECT_EQ(plan_lanes(f.preds, f.costs, 1, 0.0).concurrent_stages(), 0);
+}
+
+// The thread count and COLLAGE_ONEDNN_LANES for one test, restored after it.
+class WithLanes {
+ public:
+  explicit WithLanes(const char* mode) {
+    use_threads_on_this_thread(2);
+    if (const char* v = std::getenv("COLLAGE_ONEDNN_LANES")) saved_ = v;
+    setenv("COLLAGE_ONEDNN_LANES", mode, 1);
+  }
+  ~WithLanes() {
+    if (saved_.empty())
+      unsetenv("COLLAGE_ONEDNN_LANES");
+    else
+      setenv("COLLAGE_ONEDNN_LANES", saved_.c_str(), 1);
+  }
+
+ private:
+  std::string saved_;
+};
+
+using dt = dnnl::memory::data_type;
+
+// Adds dst = src * alpha + beta.
+void add_linear(Program& p, const dnnl::memory& src, const dnnl::memory& dst, float alpha,
+                float beta) {
+  auto pd = dnnl::eltwise_forward::primitive_desc(
+      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference,
+                                  dnnl::algorithm::eltwise_linear, src.get_desc(), alpha, beta),
+      base_attr(), cpu_engine());
+  p.add(dnnl::eltwise_forward(pd), pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+}
+
+void add_sum(Program& p, const dnnl::memory& a, const dnnl::memory& b, const dnnl::memory& dst) {
+  auto pd = dnnl::binary::primitive_desc(
+      dnnl::binary::desc(dnnl::algorithm::binary_add, a.get_desc(), b.get_desc(), dst.get_desc()),
+      base_attr(), cpu_engine());
+  p.add(dnnl::binary(pd), pd, {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}, {DNNL_ARG_DST, dst}});
+}
+
+TEST(OnednnLanes, TwoChainsOfAProgramRunConcurrentlyAndComputeTheSame) {
+  WithLanes lanes("always");
+  constexpr int kSteps = 6, kElems = 1 << 14;
+  const dnnl::memory::desc md({kElems}, dt::f32, tag::a);
+  // y = (x + 6) + (2^6 x): two chains from one input, joined by a sum.
+  auto build = [&](Program& p) {
+    dnnl::memory x = p.input(0, md);
+    dnnl::memory a = x, b = x;
+    for (int i = 0; i < kSteps; ++i) {
+      dnnl::memory na = p.rewritten_buffer(md), nb = p.rewritten_buffer(md);
+      add_linear(p, a, na, 1.0f, 1.0f);
+      add_linear(p, b, nb, 2.0f, 0.0f);
+      a = na;
+      b = nb;
+    }
+    add_sum(p, a, b, p.output(0, md));
+  };
+  Program sequential, staged;
+  build(sequential);
+  build(staged);
+  sequential.finalize();
+  staged.finalize(Program::Lanes::kAlways);
+  EXPECT_EQ(sequential.concurrent_stages(), 0);
+  ASSERT_EQ(staged.concurrent_stages(), 1);
+  // Two chains live at once keep apart: more arena than one step after another needs.
+  EXPECT_GT(staged.arena_bytes(), sequential.arena_bytes());
+
+  std::vector<float> values(kElems);
+  for (int i = 0; i < kElems; ++i) values[i] = static_cast<float>(i % 101) * 0.25f;
+  Tensor in = Tensor::from_vector<float>({kElems}, values);
+  for (int run = 0; run < 20; ++run) {
+    Tensor got(DType::kFloat32, {kElems});
+    staged.run(std::span<const Tensor>(&in, 1), std::span<const Tensor>(&got, 1));
+    for (int i = 0; i < kElems; ++i)
+      ASSERT_EQ(got.data<float>()[i], (values[i] + kSteps) + 64.0f * values[i]) << run << " " << i;
+  }
+}
+
+TEST(OnednnLanes, OffKeepsEveryProgramSequential) {
+  WithLanes lanes("off");
+  const dnnl::memory::desc md({1024}, dt::f32, tag::a);
+  Program p;
+  dnnl::memory x = p.input(0, md);
+  dnnl::memory a = p.rewritten_buffer(md), b = p.rewritten_buffer(md);
+  add_linear(p, x, a, 1.0f, 1.0f);
+  add_linear(p, x, b, 2.0f, 0.0f);
+  add_sum(p, a, b, p.output(0, md));
+  p.finalize(Program::Lanes::kAlways);
+  EXPECT_EQ(p.concurrent_stages(), 0);
+}
+
+TEST(OnednnLanes, ABatchNormWrongOnOneThreadOfATeamStaysOutOfTheLanes) {
+  // oneDNN 2.6's batch norm in channels-last (bnorm_tbb_jit) splits its work by the thread
+  // count it was built for, so on one thread of a team it writes half its output. The
+  // program checks each step on one thread before giving it a lane: two branches, one a
+  // batch norm, must still compute what they compute one after another.
+  WithLanes lanes("always");
+  const dnnl::memory::desc md({1, 44, 28, 28}, dt::f32, tag::acdb);
+  const dnnl::memory::desc cmd({44}, dt::f32, tag::a);
+  auto build = [&](Program& p) {
+    dnnl::memory x = p.input(0, md);
+    std::vector<float> stat(44);
+    for (int i = 0; i < 44; ++i) stat[i] = 0.5f + 0.01f * static_cast<float>(i);
+    const Tensor stats = Tensor::from_vector<float>({44}, stat);
+    dnnl::memory mean = p.constant(stats, cmd, cmd), var = p.constant(stats, cmd, cmd);
+    dnnl::memory scale = p.constant(stats, cmd, cmd), shift = p.constant(stats, cmd, cmd);
+    const auto flags = dnnl::normalization_flags::use_global_stats |
+                       dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    auto pd = dnnl::batch_normalization_forward::primitive_desc(
+        dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, md, 1e-3f,
+                                                flags),
+        base_attr(), cpu_engine());
+    dnnl::memory normed = p.rewritten_buffer(md), other = p.rewritten_buffer(md);
+    p.add(dnnl::batch_normalization_forward(pd), pd,
+          {{DNNL_ARG_SRC, x},
+           {DNNL_ARG_DST, normed},
+           {DNNL_ARG_MEAN, mean},
+           {DNNL_ARG_VARIANCE, var},
+           {DNNL_ARG_SCALE, scale},
+           {DNNL_ARG_SHIFT, shift}});
+    // Two more branches, so that the program has lanes to give.
+    dnnl::memory other2 = p.rewritten_buffer(md), third = p.rewritten_buffer(md);
+    add_linear(p, x, other, 3.0f, 1.0f);
+    add_linear(p, other, other2, 0.5f, 0.0f);
+    add_linear(p, x, third, -1.0f, 2.0f);
+    dnnl::memory partial = p.rewritten_buffer(md);
+    add_sum(p, normed, other2, partial);
+    add_sum(p, partial, third, p.output(0, md));
+  };
+  Program sequential, staged;
+  build(sequential);
+  build(staged);
+  sequential.finalize(Program::Lanes::kSequential);
+  staged.finalize(Program::Lanes::kAlways);
+  EXPECT_GE(staged.concurrent_stages(), 1);
+  const size_t n = md.get_size() / sizeof(float);
+  std::vector<float> values(n);
+  for (size_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 53) * 0.03f - 0.7f;
+  Tensor in = Tensor::from_vector<float>({1, 44, 28, 28}, values);
+  Tensor want(DType::kFloat32, {1, 44, 28, 28});
+  sequential.run(std::span<const Tensor>(&in, 1), std::span<const Tensor>(&want, 1));
+  for (int run = 0; run < 5; ++run) {
+    Tensor got(DType::kFloat32, {1, 44, 28, 28});
+    staged.run(std::span<const Tensor>(&in, 1), std::span<const Tensor>(&got, 1));
+    ASSERT_TRUE(outputs_match({got}, {want}, Tolerance{0, 0, 0})) << "run " << run;
+  }
+}
+
+ValueId conv_relu(GraphBuilder& b, ValueId x, int64_t in, int64_t out, int64_t k) {
+  const int64_t p = k / 2;
+  return b.add1(
+      "Relu",
+      {b.add1("Conv",
+              {x, b.random_constant("w", {out, in, k, k}, 0.2f), b.random_constant("b", {out})},
+              {{"pads", attr_ints({p, p, p, p})}})});
+}
+
+TEST(OnednnLanes, AnInceptionBlockRegionRunsItsBranchesInLanesLikeReference) {
+  WithLanes lanes("always");
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 32, 14, 14});
+  std::vector<ValueId> branches = {
+      conv_relu(b, x, 32, 16, 1), conv_relu(b, conv_relu(b, x, 32, 24, 1), 24, 32, 3),
+      conv_relu(b, conv_relu(b, x, 32, 8, 1), 8, 16, 5),
+      conv_relu(b,
+                b.add1("MaxPool", {x},
+                       {{"kernel_shape", attr_ints({3, 3})}, {"pads", attr_ints({1, 1, 1, 1})}}),
+                32, 16, 1)};
+  b.output(b.add1("Concat", branches, {{"axis", attr_i(1)}}));
+  const Graph& g = b.graph();
+  std::unique_ptr<Kernel> kernel = compile_region(g);
+  const auto* program_kernel = dynamic_cast<const ProgramKernel*>(kernel.get());
+  ASSERT_NE(program_kernel, nullptr);
+  EXPECT_GE(program_kernel->program().concurrent_stages(), 1);
+  const std::vector<Tensor> inputs = random_inputs(g, 7);
+  Session reference(g, SessionOptions{});
+  const std::vector<Tensor> want = reference.run(inputs);
+  use_threads_on_this_thread(2);  // the reference session set its own
+  for (int run = 0; run < 5; ++run) {
+    std::vector<Tensor> got = {Tensor(DType::kFloat32, g.value(g.outputs[0]).shape)};
+    kernel->run(inputs, got);
+    ASSERT_TRUE(outputs_match(got, want)) << "run " << run;
+  }
+}
+
+}  // namespace
+}  // namespace collage::onednn
