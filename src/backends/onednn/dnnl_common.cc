@@ -21,8 +21,9 @@ std::string library_version() {
 std::string backend_version() {
   // Part of every cost key: a change to how kernels run re-measures them. 6: a program's
   // rewritten buffers share one arena (Program::finalize). 7: regions run independent
-  // steps in concurrent stages where measured faster (program_lanes.cc).
-  constexpr int kKernelRevision = 7;
+  // steps in concurrent stages where measured faster (program_lanes.cc); 8: stages judged
+  // inside whole runs.
+  constexpr int kKernelRevision = 8;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

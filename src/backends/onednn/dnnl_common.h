@@ -36,8 +36,8 @@ std::string library_version();  // "2.6.3"
 // Split, Transpose, channel shuffle, Pad, spatial reductions) in kernels and regions, which
 // refused them before; a pool's full-shape post-op operand read in its output's layout.
 // r4: onednn-graph regions run a 1x1 conv and the depthwise conv after it as one primitive.
-// r6: buffer reuse; r7: concurrent stages inside regions.
-std::string backend_version();  // "2.6.3+r7"
+// r6: buffer reuse; r7, r8: concurrent stages inside regions.
+std::string backend_version();  // "2.6.3+r8"
 std::string effective_isa();    // e.g. "avx512_core_bf16"
 
 // A rank-0 shape becomes {1}: oneDNN has no scalars.
@@ -107,10 +107,10 @@ class Program {
 
   // How finalize() may run the steps. kMeasured: on more than one thread (this thread's
   // OpenMP count, the kernel's), measures the steps and runs independent ones in concurrent
-  // stages where the whole program, timed both ways, is faster so (lanes.h). The
-  // environment variable COLLAGE_ONEDNN_LANES=off turns kMeasured into kSequential (for
-  // side-by-side measurements).
-  enum class Lanes { kSequential, kMeasured, kAlways };
+  // stages where, timed both ways, they are faster (lanes.h). kAlways: every stage where
+  // steps can overlap (tests). kVerbose: kMeasured, saying on stderr what it chose. The
+  // environment variable COLLAGE_ONEDNN_LANES (off, always, verbose) overrides kMeasured.
+  enum class Lanes { kSequential, kMeasured, kAlways, kVerbose };
   // Places the rewritten buffers in one arena by their steps' lifetimes, and allocates the
   // scratchpads the steps use; then chooses the stages. Call once, last.
   void finalize(Lanes lanes = Lanes::kSequential);
@@ -178,7 +178,15 @@ class Program {
   std::vector<StepCost> measure_step_costs(int threads);
   double team_start_ms(int threads);
   // The concurrent stages measured faster than their steps one by one; the rest sequential.
-  std::vector<LaneStage> stages_measured_faster();
+  struct MeasuredStages {
+    std::vector<LaneStage> stages;
+    int concurrent = 0;
+    double saved_ms = 0;  // by the concurrent ones
+  };
+  MeasuredStages stages_measured_faster();
+  void report_lanes(const std::vector<std::vector<size_t>>& preds,
+                    const std::vector<StepCost>& costs, int threads, double overhead_ms,
+                    const LanePlan& plan, const MeasuredStages& kept) const;
   void choose_lanes(Lanes lanes);
   void apply_lanes(const std::vector<LaneStage>& stages,
                    const std::vector<std::vector<size_t>>& preds);

@@ -8,9 +8,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+
+#include <fmt/core.h>
 
 #include "backends/onednn/dnnl_common.h"
 #include "runtime/interleaved_timing.h"
@@ -33,13 +36,20 @@ bool writes(int arg) {
 }
 
 // COLLAGE_ONEDNN_LANES: "off" (or 0) runs every program sequentially, "always" runs every
-// independent steps concurrently (tests: races show up whatever the costs), anything else
-// or unset leaves the caller's mode.
+// independent steps concurrently (tests: races show up whatever the costs), "verbose"
+// chooses as usual and says how on stderr; unset leaves the caller's mode, and so does any
+// other value, with a warning (once).
 Program::Lanes lanes_from_environment(Program::Lanes requested) {
   const char* v = std::getenv("COLLAGE_ONEDNN_LANES");
-  if (requested == Program::Lanes::kSequential || !v) return requested;
+  if (requested == Program::Lanes::kSequential || !v || !*v) return requested;
   if (!std::strcmp(v, "off") || !std::strcmp(v, "0")) return Program::Lanes::kSequential;
   if (!std::strcmp(v, "always")) return Program::Lanes::kAlways;
+  if (!std::strcmp(v, "verbose")) return Program::Lanes::kVerbose;
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    fmt::print(stderr,
+               "collage: COLLAGE_ONEDNN_LANES='{}' is not off, always or verbose: ignored\n", v);
+  });
   return requested;
 }
 
@@ -210,34 +220,68 @@ double Program::team_start_ms(int threads) {
   return median_of(samples);
 }
 
-std::vector<LaneStage> Program::stages_measured_faster() {
-  // Each stage both ways in every round, alternating, the first round a warm-up.
+Program::MeasuredStages Program::stages_measured_faster() {
+  // Whole runs, every stage concurrent or none, alternating (which goes first too), the
+  // first two a warm-up; each stage timed inside them, so that it finds the caches as a
+  // real run leaves them (a stage timed twice in a row finds its weights warm the second
+  // time, which favoured whichever went second).
   const size_t k = stages_.size();
   std::vector<std::vector<double>> with(k), without(k);
-  for (int r = 0; r < kTimedRuns + 1; ++r)
+  for (int r = 0; r < 2 * (kTimedRuns + 1); ++r) {
+    const bool concurrent = (r % 4 == 0 || r % 4 == 3);
     for (size_t i = 0; i < k; ++i) {
-      if (stages_[i].lanes.empty()) continue;
-      auto t0 = Clock::now();
-      run_steps(stages_[i].begin, stages_[i].end);
-      const double one_by_one = ms_since(t0);
-      t0 = Clock::now();
-      run_lanes(i);
-      const double staged = ms_since(t0);
-      if (r == 0) continue;
-      without[i].push_back(one_by_one);
-      with[i].push_back(staged);
+      const auto t0 = Clock::now();
+      if (concurrent && !stages_[i].lanes.empty())
+        run_lanes(i);
+      else
+        run_steps(stages_[i].begin, stages_[i].end);
+      if (r >= 2 && !stages_[i].lanes.empty())
+        (concurrent ? with : without)[i].push_back(ms_since(t0));
     }
-  std::vector<LaneStage> kept;
+  }
+  MeasuredStages out;
+  std::vector<LaneStage>& kept = out.stages;
   for (size_t i = 0; i < k; ++i) {
     if (!stages_[i].lanes.empty() && median_of(with[i]) < median_of(without[i])) {
       kept.push_back({stages_[i].begin, stages_[i].end, stages_[i].lanes});
+      out.saved_ms += median_of(without[i]) - median_of(with[i]);
+      ++out.concurrent;
     } else if (!kept.empty() && !kept.back().concurrent()) {
       kept.back().end = stages_[i].end;
     } else {
       kept.push_back({stages_[i].begin, stages_[i].end, {}});
     }
   }
-  return kept;
+  return out;
+}
+
+void Program::report_lanes(const std::vector<std::vector<size_t>>& preds,
+                           const std::vector<StepCost>& costs, int threads, double overhead_ms,
+                           const LanePlan& plan, const MeasuredStages& kept) const {
+  double narrow = 0;
+  for (const StepCost& c : costs) narrow += c.narrow_ms;
+  const int unsafe = static_cast<int>(
+      std::count_if(costs.begin(), costs.end(), [](const StepCost& c) { return !c.narrow_safe; }));
+  // Beyond this machine: each step's time on T threads from Amdahl's law fitted to its
+  // one- and two-thread times, and the plan those costs give on T lanes.
+  std::string beyond;
+  if (threads == 2)
+    for (int t : {4, 8, 16}) {
+      std::vector<StepCost> at(costs);
+      for (StepCost& c : at) {
+        const double parallel =
+            c.narrow_ms > 0 ? std::clamp(2 * (1 - c.wide_ms / c.narrow_ms), 0.0, 1.0) : 0;
+        c.wide_ms = c.narrow_ms * ((1 - parallel) + parallel / t);
+      }
+      const LanePlan p = plan_lanes(preds, at, t, overhead_ms);
+      beyond += fmt::format(" x{:.2f} at {}", p.sequential_ms / p.predicted_ms, t);
+    }
+  fmt::print(stderr,
+             "onednn lanes: {} steps ({} not safe on one thread of a team); one after another "
+             "{:.3f} ms, each on one thread {:.3f} ms; on {} lanes planned {} stages, predicted "
+             "{:.3f} ms; kept {}, measured {:.3f} ms faster; simulated{}{}\n",
+             costs.size(), unsafe, plan.sequential_ms, narrow, threads, plan.concurrent_stages(),
+             plan.predicted_ms, kept.concurrent, kept.saved_ms, beyond.empty() ? " -" : "", beyond);
 }
 
 void Program::choose_lanes(Lanes requested) {
@@ -249,13 +293,18 @@ void Program::choose_lanes(Lanes requested) {
   const std::vector<std::vector<size_t>> preds = step_dependencies(*access);
   // Unit costs: a stage wherever steps can overlap at all.
   std::vector<StepCost> unit(steps_.size(), {1, 1});
-  if (plan_lanes(preds, unit, threads, 0).concurrent_stages() == 0) return;
+  if (plan_lanes(preds, unit, threads, 0).concurrent_stages() == 0) {
+    if (mode == Lanes::kVerbose)
+      fmt::print(stderr, "onednn lanes: {} steps, none independent of the others\n", steps_.size());
+    return;
+  }
   // Running needs the kernel's inputs and outputs: scratch buffers stand in for them. The
   // check comes first, while no run has left a destination holding its right result.
   ScratchBinding scratch(*this);
   scratch.bind();
   const std::vector<bool> safe = narrow_safe_steps(threads);
   if (mode == Lanes::kAlways) {
+    // Every overlap, whatever it costs (tests).
     for (size_t s = 0; s < steps_.size(); ++s) unit[s].narrow_safe = safe[s];
     const LanePlan plan = plan_lanes(preds, unit, threads, 0);
     if (plan.concurrent_stages() > 0) apply_lanes(plan.stages, preds);
@@ -263,19 +312,21 @@ void Program::choose_lanes(Lanes requested) {
   }
   std::vector<StepCost> costs = measure_step_costs(threads);
   for (size_t s = 0; s < steps_.size(); ++s) costs[s].narrow_safe = safe[s];
-  const LanePlan plan = plan_lanes(preds, costs, threads, team_start_ms(threads));
-  if (plan.concurrent_stages() == 0) return;
-  apply_lanes(plan.stages, preds);
-  // The costs were measured one step at a time: each stage is kept only where, run whole,
-  // it is faster than its steps one after another.
-  scratch.bind();
-  const std::vector<LaneStage> kept = stages_measured_faster();
-  const int kept_stages = static_cast<int>(
-      std::count_if(kept.begin(), kept.end(), [](const LaneStage& s) { return s.concurrent(); }));
-  if (kept_stages == 0)
-    drop_lanes();
-  else if (kept_stages < plan.concurrent_stages())
-    apply_lanes(kept, preds);
+  const double overhead_ms = team_start_ms(threads);
+  const LanePlan plan = plan_lanes(preds, costs, threads, overhead_ms);
+  MeasuredStages kept;
+  if (plan.concurrent_stages() > 0) {
+    apply_lanes(plan.stages, preds);
+    // The costs were measured one step at a time: each stage is kept only where, run
+    // whole, it is faster than its steps one after another.
+    scratch.bind();
+    kept = stages_measured_faster();
+    if (kept.concurrent == 0)
+      drop_lanes();
+    else if (kept.concurrent < plan.concurrent_stages())
+      apply_lanes(kept.stages, preds);
+  }
+  if (mode == Lanes::kVerbose) report_lanes(preds, costs, threads, overhead_ms, plan, kept);
 }
 
 void Program::apply_lanes(const std::vector<LaneStage>& stages,
