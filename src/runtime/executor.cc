@@ -234,7 +234,12 @@ Executor::Executor(const Graph& graph, std::vector<Step> steps)
     step_inputs_.push_back(std::move(ins));
     step_outputs_.push_back(std::move(outs));
   }
+  // Lane workers inherit the calling thread's MXCSR: made with denormals flushed.
+  DenormalsFlushed flushed;
   if (max_lanes_ > 1) workers_ = std::make_unique<LaneWorkers>(max_lanes_);
+  int threads = 1;
+  for (const Step& step : steps_) threads = std::max(threads, step.candidate.threads);
+  flush_denormals_on_openmp_team(threads);
 }
 
 Executor::~Executor() {
@@ -325,6 +330,7 @@ void Executor::run_stages(std::vector<StepTiming>* timings) {
 }
 
 std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
+  DenormalsFlushed flushed;
   copy_inputs(inputs);
   run_stages(nullptr);
   return output_views();
@@ -332,6 +338,7 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs) {
 
 std::vector<Tensor> Executor::run_profiled(const std::vector<Tensor>& inputs,
                                            std::vector<StepTiming>& timings) {
+  DenormalsFlushed flushed;
   copy_inputs(inputs);
   timings.assign(steps_.size(), StepTiming{});
   run_start_ = now_ms();

@@ -130,6 +130,9 @@ std::shared_ptr<Kernel> compile_candidate(const Graph& graph, const Candidate& c
   // Libraries size their work partitioning when a kernel is built (oneDNN reads this
   // thread's OpenMP count): build it with the count it runs with.
   use_threads_on_this_thread(candidate.threads);
+  // A pool the kernel starts now inherits this thread's MXCSR; a region measures itself.
+  DenormalsFlushed flushed;
+  flush_denormals_on_openmp_team(candidate.threads);
   return candidate.backend->compile(extract_subgraph(graph, candidate.nodes),
                                     candidate.compile_options());
 }

@@ -1,6 +1,9 @@
 #include "runtime/threads.h"
 
 #include <omp.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 #include <algorithm>
 #include <thread>
@@ -23,6 +26,33 @@ void use_threads_on_this_thread(int threads) {
   // (libtorch's lazy per-thread init sets its own default), and the call is a store into
   // this thread's OpenMP state.
   if (threads > 0) omp_set_num_threads(threads);
+}
+
+namespace {
+#if defined(__SSE__)
+constexpr unsigned kFlushToZero = 0x8000, kDenormalsAreZero = 0x0040;
+#endif
+}  // namespace
+
+DenormalsFlushed::DenormalsFlushed() {
+#if defined(__SSE__)
+  saved_ = _mm_getcsr();
+  _mm_setcsr(saved_ | kFlushToZero | kDenormalsAreZero);
+#endif
+}
+
+DenormalsFlushed::~DenormalsFlushed() {
+#if defined(__SSE__)
+  _mm_setcsr(saved_);
+#endif
+}
+
+void flush_denormals_on_openmp_team(int threads) {
+#if defined(__SSE__)
+  if (threads < 2 || omp_in_parallel()) return;
+#pragma omp parallel num_threads(threads)
+  if (omp_get_thread_num() != 0) _mm_setcsr(_mm_getcsr() | kFlushToZero | kDenormalsAreZero);
+#endif
 }
 
 }  // namespace collage

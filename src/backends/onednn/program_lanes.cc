@@ -258,8 +258,13 @@ Program::MeasuredStages Program::stages_measured_faster() {
 void Program::report_lanes(const std::vector<std::vector<size_t>>& preds,
                            const std::vector<StepCost>& costs, int threads, double overhead_ms,
                            const LanePlan& plan, const MeasuredStages& kept) const {
-  double narrow = 0;
-  for (const StepCost& c : costs) narrow += c.narrow_ms;
+  // At best each step takes its wide time of all threads, or its narrow time of one of
+  // them: no schedule of these costs beats the sum of the smaller shares (an area bound).
+  double narrow = 0, bound = 0;
+  for (const StepCost& c : costs) {
+    narrow += c.narrow_ms;
+    bound += std::min(c.wide_ms, c.narrow_ms / threads);
+  }
   const int unsafe = static_cast<int>(
       std::count_if(costs.begin(), costs.end(), [](const StepCost& c) { return !c.narrow_safe; }));
   // Beyond this machine: each step's time on T threads from Amdahl's law fitted to its
@@ -278,9 +283,11 @@ void Program::report_lanes(const std::vector<std::vector<size_t>>& preds,
     }
   fmt::print(stderr,
              "onednn lanes: {} steps ({} not safe on one thread of a team); one after another "
-             "{:.3f} ms, each on one thread {:.3f} ms; on {} lanes planned {} stages, predicted "
-             "{:.3f} ms; kept {}, measured {:.3f} ms faster; simulated{}{}\n",
-             costs.size(), unsafe, plan.sequential_ms, narrow, threads, plan.concurrent_stages(),
+             "{:.3f} ms, each on one thread {:.3f} ms, bound {:.3f} ms (x{:.2f}); on {} lanes "
+             "planned {} stages, predicted {:.3f} ms; kept {}, measured {:.3f} ms faster; "
+             "simulated{}{}\n",
+             costs.size(), unsafe, plan.sequential_ms, narrow, bound,
+             bound > 0 ? plan.sequential_ms / bound : 0, threads, plan.concurrent_stages(),
              plan.predicted_ms, kept.concurrent, kept.saved_ms, beyond.empty() ? " -" : "", beyond);
 }
 
