@@ -13,6 +13,7 @@
 #include "backends/onednn/dnnl_common.h"
 #include "backends/onednn/lanes.h"
 #include "backends/onednn/region_kernel.h"
+#include "onednn_program_steps.h"
 #include "runtime/threads.h"
 
 namespace collage::onednn {
@@ -136,22 +137,8 @@ class WithLanes {
 
 using dt = dnnl::memory::data_type;
 
-// Adds dst = src * alpha + beta.
-void add_linear(Program& p, const dnnl::memory& src, const dnnl::memory& dst, float alpha,
-                float beta) {
-  auto pd = dnnl::eltwise_forward::primitive_desc(
-      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference,
-                                  dnnl::algorithm::eltwise_linear, src.get_desc(), alpha, beta),
-      base_attr(), cpu_engine());
-  p.add(dnnl::eltwise_forward(pd), pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
-}
-
-void add_sum(Program& p, const dnnl::memory& a, const dnnl::memory& b, const dnnl::memory& dst) {
-  auto pd = dnnl::binary::primitive_desc(
-      dnnl::binary::desc(dnnl::algorithm::binary_add, a.get_desc(), b.get_desc(), dst.get_desc()),
-      base_attr(), cpu_engine());
-  p.add(dnnl::binary(pd), pd, {{DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}, {DNNL_ARG_DST, dst}});
-}
+using program_steps::add_linear;
+using program_steps::add_sum;
 
 TEST(OnednnLanes, TwoChainsOfAProgramRunConcurrentlyAndComputeTheSame) {
   WithLanes lanes("always");
