@@ -156,8 +156,9 @@ void Program::place_rewritten_buffers(const std::vector<std::pair<size_t, size_t
   for (size_t s = 0; s < steps_.size(); ++s)
     for (const dnnl::memory& m : steps_[s].memories)
       if (auto it = range_of.find(m.get()); it != range_of.end()) {
-        lives[it->second].first = std::min(lives[it->second].first, span[s].first);
-        lives[it->second].last = std::max(lives[it->second].last, span[s].second);
+        const auto [first, last] = span.empty() ? std::make_pair(s, s) : span[s];
+        lives[it->second].first = std::min(lives[it->second].first, first);
+        lives[it->second].last = std::max(lives[it->second].last, last);
       }
   // Greedy by size: each at the lowest offset clear of the placed ones it overlaps in time.
   std::vector<size_t> order;
@@ -268,9 +269,7 @@ void Program::rollback(const Mark& mark) {
 
 void Program::finalize(Lanes lanes) {
   find_rewritten_views();
-  std::vector<std::pair<size_t, size_t>> one_at_a_time(steps_.size());
-  for (size_t s = 0; s < steps_.size(); ++s) one_at_a_time[s] = {s, s};
-  place_rewritten_buffers(one_at_a_time);
+  place_rewritten_buffers({});
   bind_scratchpads();
   if (lanes != Lanes::kSequential) choose_lanes(lanes);
 }

@@ -150,7 +150,8 @@ class Program {
 
   void find_rewritten_views();
   // Places the rewritten buffers so that two whose steps' spans overlap never share bytes;
-  // span[s] = the first and last step position step s may run at.
+  // span[s] = the first and last step position step s may run at (empty: each step at its
+  // own position, one after another).
   void place_rewritten_buffers(const std::vector<std::pair<size_t, size_t>>& span);
   void bind_scratchpads();
   dnnl_status_t execute(size_t step, dnnl::stream& stream);

@@ -371,9 +371,7 @@ void Program::drop_lanes() {
   stages_.clear();
   lane_of_step_.clear();
   for (Step& s : steps_) s.waits.clear();
-  std::vector<std::pair<size_t, size_t>> one_at_a_time(steps_.size());
-  for (size_t s = 0; s < steps_.size(); ++s) one_at_a_time[s] = {s, s};
-  place_rewritten_buffers(one_at_a_time);
+  place_rewritten_buffers({});
   bind_scratchpads();
 }
 
