@@ -369,6 +369,8 @@ class SqliteCostDb : public CostDbEngine {
   // CostDb::Open::kExisting: a current file, read as it is, or an error.
   void open_existing();
   void close_connection();
+  // Switches the file to WAL unless it is already (see the definition).
+  void use_wal();
   void move_aside(const std::string& why);
   // Runs `body` in a transaction (BEGIN IMMEDIATE when `write`: the write lock first, so
   // what the body reads is what it changes), turning SQLite failures into Error(kIo).
@@ -480,14 +482,7 @@ bool SqliteCostDb::open_usable(std::string& why) {
       why = found.why;
       return false;
     }
-    // WAL lets readers and one writer work at once; the mode is stored in the file, so only
-    // its first opener changes it (which needs every other connection to wait a moment).
-    std::string mode;
-    {
-      Statement s(db_, "PRAGMA journal_mode");
-      if (s.step() == SQLITE_ROW) mode = s.text(0);
-    }
-    if (mode != "wal") exec_or_throw(db_, "PRAGMA journal_mode=WAL");
+    use_wal();
     exec_or_throw(db_, "PRAGMA synchronous=NORMAL");
     return true;
   } catch (const SqliteFailure& e) {
@@ -497,6 +492,31 @@ bool SqliteCostDb::open_usable(std::string& why) {
       return false;
     }
     fail_io(e);
+  }
+}
+
+// WAL lets readers and one writer work at once. The mode is stored in the file, so only its
+// first opener changes it, and that needs no other connection reading: SQLite answers
+// SQLITE_BUSY at once there, without its busy handler (8 processes opening one new file
+// failed so in 1 round of ~20). Retried until the busy timeout, or until another opener
+// has switched the file meanwhile.
+void SqliteCostDb::use_wal() {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(busy_timeout_ms());
+  for (;;) {
+    std::string mode;
+    {
+      Statement s(db_, "PRAGMA journal_mode");
+      if (s.step() == SQLITE_ROW) mode = s.text(0);
+    }
+    if (mode == "wal") return;
+    char* err = nullptr;
+    int rc = sqlite3_exec(db_, "PRAGMA journal_mode=WAL", nullptr, nullptr, &err);
+    std::string message = err ? err : sqlite3_errstr(rc);
+    sqlite3_free(err);
+    if (rc == SQLITE_OK) return;
+    if (!is_busy(rc) || Clock::now() > deadline)
+      throw SqliteFailure(rc, message + " (PRAGMA journal_mode=WAL)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 

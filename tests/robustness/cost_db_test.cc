@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -178,6 +179,9 @@ TEST(CostDbAbuse, ProcessesOpeningOneFreshFileAtOnceAllKeepIt) {
           CostDb db(path);
           if (!db.moved_aside_to().empty()) status = 3;
           db.put("k" + std::to_string(i), "b", "hw", "t", CostRecord{1.0 + i, true, ""});
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "process %d: %s\n", i, e.what());
+          status = 4;
         } catch (...) {
           status = 4;
         }
