@@ -19,10 +19,14 @@
 
 namespace collage {
 
-// Ends the key text of every measured kernel cost and timed plan: they were timed with
-// denormals flushed to zero (runtime/threads.h), so costs timed before that (a random-weight
-// EfficientNet-B0 ran 15 % slower with denormals) are other measurements.
-inline constexpr const char* kDenormalsFlushedMark = "denormals flushed to zero\n";
+// Ends the key text of every measured kernel cost and timed plan: the conditions they were
+// timed under, so that costs timed under others are other measurements.
+// - Denormals flushed to zero (runtime/threads.h): a random-weight EfficientNet-B0 ran 15 %
+//   slower with denormals.
+// - Threads unbound: until libxsmm's OMP_PROC_BIND=TRUE was taken back out of the
+//   environment (backends/libxsmm/tiled_gemm.cc), the measure worker inherited it and ran
+//   the thread pools made from its main thread (XNNPACK's, Halide's) on one core.
+inline constexpr const char* kTimingConditionsMark = "denormals flushed to zero\nthreads unbound\n";
 
 struct CostRecord {
   double milliseconds = 0;  // +inf when the candidate failed

@@ -60,7 +60,7 @@ KernelKey kernel_key(const Graph& subgraph, const Candidate& candidate, const Ha
                   : canonical;
   // Timed with denormals flushed (runtime/threads.h); costs timed before that are other
   // measurements (a random-weight EfficientNet-B0 ran 15 % slower with denormals).
-  text += kDenormalsFlushedMark;
+  text += kTimingConditionsMark;
   // A variant is another way of computing the same nodes: its own measurement. The default
   // variant keeps the plain backend name, so keys from before variants still match.
   std::string backend = candidate.backend->name();

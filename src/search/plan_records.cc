@@ -26,7 +26,7 @@ RecordKey plan_record_key(const Graph& graph, const Placement& placement,
       "plan " + model_hash(graph) + " threads " + std::to_string(machine.threads) + "\n";
   for (const std::string& p : parts) text += p + "\n";
   if (!schedule_text.empty()) text += "schedule " + schedule_text + "\n";
-  text += kDenormalsFlushedMark;
+  text += kTimingConditionsMark;
   // A plan with device steps was timed with those devices.
   std::string key =
       CostDb::make_key(text, kind, "", with_devices(machine, devices_of(placement)).fingerprint());

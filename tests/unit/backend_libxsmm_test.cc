@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <set>
 #include <string>
@@ -78,6 +81,23 @@ TEST(LibxsmmBackend, Identity) {
   EXPECT_TRUE(b.available()) << "this machine has AVX2 at least";
   ASSERT_FALSE(b.details().empty());
   EXPECT_NE(b.details()[0].find("JIT target"), std::string::npos);
+}
+
+// libxsmm 1.17's init putenv()s OMP_PROC_BIND=TRUE when the environment names no thread
+// binding; every process started afterwards (the tuner's measure worker) then bound its
+// threads, pools made from its main thread all on CPU 0 (tiled_gemm.cc). The backend undoes
+// it. /proc/self/environ is the environment this process started with: what the user set.
+TEST(LibxsmmBackend, InitLeavesNoThreadBindingInTheEnvironment) {
+  std::ifstream start("/proc/self/environ");
+  std::string variables((std::istreambuf_iterator<char>(start)), std::istreambuf_iterator<char>());
+  for (const char* name : {"OMP_PROC_BIND=", "GOMP_CPU_AFFINITY=", "KMP_AFFINITY="})
+    if (variables.find(name) != std::string::npos)
+      GTEST_SKIP() << "the environment names a thread binding already (" << name << ")";
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 8, 4, 4});
+  b.output(b.add1("Conv", {x, b.random_constant("w", {16, 8, 1, 1})}));
+  expect_like_reference(b.graph(), "a 1x1 conv: libxsmm initialised");
+  EXPECT_EQ(getenv("OMP_PROC_BIND"), nullptr) << getenv("OMP_PROC_BIND");
 }
 
 TEST(LibxsmmBackend, Conv1x1Randomized) {

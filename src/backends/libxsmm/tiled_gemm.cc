@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 
 #include "collage/error.h"
@@ -16,9 +17,22 @@ namespace {
 constexpr int64_t kTileM = 64;
 constexpr int64_t kTileN = 64;
 
+// libxsmm 1.17's init "sets up a viable affinity" when the environment names none: it
+// putenv()s OMP_PROC_BIND=TRUE. This process's OpenMP stays as it is (libgomp read its
+// environment at load), but every process started afterwards inherits it. The tuner's
+// measure worker then bound its main thread to CPU 0, and the thread pools created from that
+// thread (XNNPACK's pthreadpool, Halide's) to CPU 0 with it: their 2-thread kernels ran on
+// one core, the caller spinning while its worker waited for a time slice (an XNNPACK conv of
+// NASNet measured 8.0 ms instead of ~0.2 ms; 8 ms per operator in every candidate). The
+// variable is removed again unless the user had set one of the three.
 void init_once() {
   static std::once_flag once;
-  std::call_once(once, [] { libxsmm_init(); });
+  std::call_once(once, [] {
+    const bool affinity_unset =
+        !getenv("OMP_PROC_BIND") && !getenv("GOMP_CPU_AFFINITY") && !getenv("KMP_AFFINITY");
+    libxsmm_init();
+    if (affinity_unset) unsetenv("OMP_PROC_BIND");
+  });
 }
 
 }  // namespace
