@@ -11,6 +11,7 @@
 
 #include "backend_test_util.h"
 #include "backends/onednn/dnnl_common.h"
+#include "backends/onednn/lane_memo.h"
 #include "backends/onednn/lanes.h"
 #include "backends/onednn/region_kernel.h"
 #include "onednn_program_steps.h"
@@ -119,10 +120,14 @@ TEST(OnednnLanes, OneLaneNeverMakesAStage) {
 // The thread count and COLLAGE_ONEDNN_LANES for one test, restored after it.
 class WithLanes {
  public:
+  // nullptr: unset (the default, kMeasured).
   explicit WithLanes(const char* mode) {
     use_threads_on_this_thread(2);
     if (const char* v = std::getenv("COLLAGE_ONEDNN_LANES")) saved_ = v;
-    setenv("COLLAGE_ONEDNN_LANES", mode, 1);
+    if (mode)
+      setenv("COLLAGE_ONEDNN_LANES", mode, 1);
+    else
+      unsetenv("COLLAGE_ONEDNN_LANES");
   }
   ~WithLanes() {
     if (saved_.empty())
@@ -178,6 +183,123 @@ TEST(OnednnLanes, TwoChainsOfAProgramRunConcurrentlyAndComputeTheSame) {
   }
 }
 
+TEST(OnednnLanes, StagesFitOnlyACoverOfTheProgramInProgramOrder) {
+  const std::vector<bool> safe(6, true);
+  const std::vector<LaneStage> good = {{0, 1, {}}, {1, 5, {{1, 3}, {2, 4}}}, {5, 6, {}}};
+  EXPECT_TRUE(stages_fit(good, 6, 2, safe));
+  EXPECT_FALSE(stages_fit(good, 7, 2, safe)) << "a step left out";
+  EXPECT_FALSE(stages_fit(good, 6, 1, safe)) << "more lanes than threads";
+  EXPECT_FALSE(stages_fit({{0, 1, {}}, {2, 6, {}}}, 6, 2, safe)) << "a gap";
+  EXPECT_FALSE(stages_fit({{0, 6, {{0, 2, 1}, {3, 4, 5}}}}, 6, 2, safe)) << "a lane out of order";
+  EXPECT_FALSE(stages_fit({{0, 6, {{0, 1, 2}, {2, 3, 4, 5}}}}, 6, 2, safe)) << "a step twice";
+  EXPECT_FALSE(stages_fit({{0, 6, {{0, 1, 2}, {3, 4}}}}, 6, 2, safe)) << "a step in no lane";
+  EXPECT_FALSE(stages_fit({{0, 6, {{0, 1, 2, 3, 4, 5}}}}, 6, 2, safe)) << "one lane";
+  EXPECT_FALSE(stages_fit({{0, 6, {{0, 1, 2}, {3, 4, 9}}}}, 6, 2, safe)) << "a step outside";
+  std::vector<bool> unsafe = safe;
+  unsafe[3] = false;
+  EXPECT_FALSE(stages_fit(good, 6, 2, unsafe)) << "a step wrong on one thread of a team";
+  EXPECT_TRUE(stages_fit({{0, 3, {}}, {3, 6, {}}}, 6, 2, unsafe)) << "sequential stages";
+}
+
+TEST(OnednnLanes, StagesTextRoundTripsAndOtherTextIsNone) {
+  const std::vector<LaneStage> stages = {{0, 2, {}}, {2, 9, {{2, 4, 8}, {3, 5, 6, 7}}}};
+  const std::optional<std::vector<LaneStage>> back = parse_stages(stages_text(stages));
+  ASSERT_TRUE(back.has_value());
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[1].lanes, stages[1].lanes);
+  EXPECT_EQ((*back)[1].end, 9u);
+  EXPECT_FALSE((*back)[0].concurrent());
+  ASSERT_TRUE(parse_stages(stages_text({})).has_value()) << "sequential: no stage";
+  EXPECT_TRUE(parse_stages(stages_text({}))->empty());
+  for (const char* bad : {"", "collage onednn lanes 0\n", "collage onednn lanes 1\n0 x\n",
+                          "collage onednn lanes 1\n0 4 2 3\n", "collage onednn lanes 1\n0 4 | a\n"})
+    EXPECT_FALSE(parse_stages(bad).has_value()) << bad;
+}
+
+// A memo in memory: what it holds, and how often it was written.
+class HeldLaneMemo : public LaneMemo {
+ public:
+  explicit HeldLaneMemo(std::optional<std::vector<LaneStage>> held) : held_(std::move(held)) {}
+  std::optional<std::vector<LaneStage>> recall() override { return held_; }
+  void remember(const std::vector<LaneStage>& stages) override {
+    held_ = stages;
+    ++writes;
+  }
+  const std::optional<std::vector<LaneStage>>& held() const { return held_; }
+  int writes = 0;
+
+ private:
+  std::optional<std::vector<LaneStage>> held_;
+};
+
+// y = (x + 6) + (2^6 x) in 13 steps: chain a at even steps 0-10, chain b at odd 1-11, the sum.
+void build_two_chains(Program& p, const dnnl::memory::desc& md) {
+  dnnl::memory x = p.input(0, md);
+  dnnl::memory a = x, b = x;
+  for (int i = 0; i < 6; ++i) {
+    dnnl::memory na = p.rewritten_buffer(md), nb = p.rewritten_buffer(md);
+    add_linear(p, a, na, 1.0f, 1.0f);
+    add_linear(p, b, nb, 2.0f, 0.0f);
+    a = na;
+    b = nb;
+  }
+  add_sum(p, a, b, p.output(0, md));
+}
+
+void expect_two_chains_computed(Program& p, int elems) {
+  std::vector<float> values(elems);
+  for (int i = 0; i < elems; ++i) values[i] = static_cast<float>(i % 101) * 0.25f;
+  Tensor in = Tensor::from_vector<float>({elems}, values);
+  for (int run = 0; run < 5; ++run) {
+    Tensor got(DType::kFloat32, {elems});
+    p.run(std::span<const Tensor>(&in, 1), std::span<const Tensor>(&got, 1));
+    for (int i = 0; i < elems; ++i)
+      ASSERT_EQ(got.data<float>()[i], (values[i] + 6) + 64.0f * values[i]) << run << " " << i;
+  }
+}
+
+TEST(OnednnLanes, ARememberedChoiceRunsAsRememberedAndAnUnfitOneIsMeasuredAgain) {
+  WithLanes lanes(nullptr);
+  constexpr int kElems = 1 << 12;
+  const dnnl::memory::desc md({kElems}, dt::f32, tag::a);
+  const std::vector<LaneStage> chains = {{0, 12, {{0, 2, 4, 6, 8, 10}, {1, 3, 5, 7, 9, 11}}},
+                                         {12, 13, {}}};
+  {
+    // Taken as it is, nothing measured or written.
+    HeldLaneMemo memo(chains);
+    Program p;
+    build_two_chains(p, md);
+    p.finalize(Program::Lanes::kMeasured, &memo);
+    EXPECT_EQ(p.concurrent_stages(), 1);
+    EXPECT_EQ(memo.writes, 0);
+    expect_two_chains_computed(p, kElems);
+  }
+  {
+    // "Sequential" remembered: no stage, nothing measured.
+    HeldLaneMemo memo(std::vector<LaneStage>{});
+    Program p;
+    build_two_chains(p, md);
+    p.finalize(Program::Lanes::kMeasured, &memo);
+    EXPECT_EQ(p.concurrent_stages(), 0);
+    EXPECT_EQ(memo.writes, 0);
+    expect_two_chains_computed(p, kElems);
+  }
+  for (const std::optional<std::vector<LaneStage>>& held :
+       {std::optional<std::vector<LaneStage>>{},
+        std::optional<std::vector<LaneStage>>{{{0, 13, {{0, 1}, {2, 3}}}}}}) {
+    // Nothing, or a choice for another program: measured, and the choice written.
+    HeldLaneMemo memo(held);
+    Program p;
+    build_two_chains(p, md);
+    p.finalize(Program::Lanes::kMeasured, &memo);
+    EXPECT_EQ(memo.writes, 1);
+    ASSERT_TRUE(memo.held().has_value());
+    EXPECT_TRUE(memo.held()->empty() ||
+                stages_fit(*memo.held(), 13, 2, std::vector<bool>(13, true)));
+    expect_two_chains_computed(p, kElems);
+  }
+}
+
 TEST(OnednnLanes, OffKeepsEveryProgramSequential) {
   WithLanes lanes("off");
   const dnnl::memory::desc md({1024}, dt::f32, tag::a);
@@ -229,12 +351,20 @@ TEST(OnednnLanes, ABatchNormWrongOnOneThreadOfATeamStaysOutOfTheLanes) {
     add_sum(p, normed, other2, partial);
     add_sum(p, partial, third, p.output(0, md));
   };
-  Program sequential, staged;
+  Program sequential, staged, remembered;
   build(sequential);
   build(staged);
+  build(remembered);
   sequential.finalize(Program::Lanes::kSequential);
   staged.finalize(Program::Lanes::kAlways);
   EXPECT_GE(staged.concurrent_stages(), 1);
+  // A remembered choice that gives the batch norm (step 0) a lane is measured again.
+  HeldLaneMemo memo(std::vector<LaneStage>{{0, 4, {{0, 3}, {1, 2}}}, {4, 6, {}}});
+  {
+    WithLanes measured(nullptr);
+    remembered.finalize(Program::Lanes::kMeasured, &memo);
+  }
+  EXPECT_EQ(memo.writes, 1);
   const size_t n = md.get_size() / sizeof(float);
   std::vector<float> values(n);
   for (size_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 53) * 0.03f - 0.7f;
@@ -245,6 +375,8 @@ TEST(OnednnLanes, ABatchNormWrongOnOneThreadOfATeamStaysOutOfTheLanes) {
     Tensor got(DType::kFloat32, {1, 44, 28, 28});
     staged.run(std::span<const Tensor>(&in, 1), std::span<const Tensor>(&got, 1));
     ASSERT_TRUE(outputs_match({got}, {want}, Tolerance{0, 0, 0})) << "run " << run;
+    remembered.run(std::span<const Tensor>(&in, 1), std::span<const Tensor>(&got, 1));
+    ASSERT_TRUE(outputs_match({got}, {want}, Tolerance{0, 0, 0})) << "remembered, run " << run;
   }
 }
 

@@ -267,11 +267,11 @@ void Program::rollback(const Mark& mark) {
   steps_.resize(mark.steps);
 }
 
-void Program::finalize(Lanes lanes) {
+void Program::finalize(Lanes lanes, LaneMemo* memo) {
   find_rewritten_views();
   place_rewritten_buffers({});
   bind_scratchpads();
-  if (lanes != Lanes::kSequential) choose_lanes(lanes);
+  if (lanes != Lanes::kSequential) choose_lanes(lanes, memo);
 }
 
 dnnl_status_t Program::execute(size_t step, dnnl::stream& stream) {

@@ -112,8 +112,10 @@ class Program {
   // environment variable COLLAGE_ONEDNN_LANES (off, always, verbose) overrides kMeasured.
   enum class Lanes { kSequential, kMeasured, kAlways, kVerbose };
   // Places the rewritten buffers in one arena by their steps' lifetimes, and allocates the
-  // scratchpads the steps use; then chooses the stages. Call once, last.
-  void finalize(Lanes lanes = Lanes::kSequential);
+  // scratchpads the steps use; then chooses the stages. Call once, last. With a `memo`,
+  // kMeasured takes the choice made before where it fits (its steps checked on one thread of
+  // a team again), and keeps what it measures; kVerbose measures and keeps.
+  void finalize(Lanes lanes = Lanes::kSequential, LaneMemo* memo = nullptr);
   void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs);
 
   // After finalize(): the bytes of the rewritten buffers, and of the arena they share.
@@ -188,7 +190,7 @@ class Program {
   void report_lanes(const std::vector<std::vector<size_t>>& preds,
                     const std::vector<StepCost>& costs, int threads, double overhead_ms,
                     const LanePlan& plan, const MeasuredStages& kept) const;
-  void choose_lanes(Lanes lanes);
+  void choose_lanes(Lanes lanes, LaneMemo* memo);
   void apply_lanes(const std::vector<LaneStage>& stages,
                    const std::vector<std::vector<size_t>>& preds);
   void drop_lanes();
@@ -212,9 +214,10 @@ class Program {
 
 class ProgramKernel : public Kernel {
  public:
-  explicit ProgramKernel(Program program, Program::Lanes lanes = Program::Lanes::kSequential)
+  explicit ProgramKernel(Program program, Program::Lanes lanes = Program::Lanes::kSequential,
+                         LaneMemo* memo = nullptr)
       : program_(std::move(program)) {
-    program_.finalize(lanes);
+    program_.finalize(lanes, memo);
   }
   void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs) override {
     program_.run(inputs, outputs);

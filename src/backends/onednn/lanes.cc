@@ -37,6 +37,30 @@ std::vector<std::vector<size_t>> step_dependencies(const std::vector<StepAccess>
   return preds;
 }
 
+bool stages_fit(const std::vector<LaneStage>& stages, size_t num_steps, int lanes,
+                const std::vector<bool>& narrow_safe) {
+  size_t next = 0;
+  for (const LaneStage& stage : stages) {
+    if (stage.begin != next || stage.end <= stage.begin || stage.end > num_steps) return false;
+    next = stage.end;
+    if (!stage.concurrent()) continue;
+    if (stage.lanes.size() < 2 || stage.lanes.size() > static_cast<size_t>(lanes)) return false;
+    std::vector<bool> seen(stage.end - stage.begin, false);
+    for (const std::vector<size_t>& lane : stage.lanes) {
+      if (lane.empty()) return false;
+      for (size_t i = 0; i < lane.size(); ++i) {
+        const size_t s = lane[i];
+        if (s < stage.begin || s >= stage.end || seen[s - stage.begin]) return false;
+        if (i > 0 && s <= lane[i - 1]) return false;
+        if (s >= narrow_safe.size() || !narrow_safe[s]) return false;
+        seen[s - stage.begin] = true;
+      }
+    }
+    if (std::find(seen.begin(), seen.end(), false) != seen.end()) return false;
+  }
+  return next == num_steps;
+}
+
 int LanePlan::concurrent_stages() const {
   return static_cast<int>(std::count_if(stages.begin(), stages.end(),
                                         [](const LaneStage& s) { return s.concurrent(); }));

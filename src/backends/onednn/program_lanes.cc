@@ -291,7 +291,7 @@ void Program::report_lanes(const std::vector<std::vector<size_t>>& preds,
              plan.predicted_ms, kept.concurrent, kept.saved_ms, beyond.empty() ? " -" : "", beyond);
 }
 
-void Program::choose_lanes(Lanes requested) {
+void Program::choose_lanes(Lanes requested, LaneMemo* memo) {
   const Lanes mode = lanes_from_environment(requested);
   const int threads = omp_get_max_threads();
   if (mode == Lanes::kSequential || threads < 2 || steps_.size() < 2 || omp_in_parallel()) return;
@@ -305,11 +305,21 @@ void Program::choose_lanes(Lanes requested) {
       fmt::print(stderr, "onednn lanes: {} steps, none independent of the others\n", steps_.size());
     return;
   }
+  // A choice remembered: "one after another" is taken at once; stages once their steps are
+  // checked (the file is not trusted to come from this program).
+  const std::optional<std::vector<LaneStage>> recalled =
+      memo && mode == Lanes::kMeasured ? memo->recall() : std::nullopt;
+  if (recalled && recalled->empty()) return;
   // Running needs the kernel's inputs and outputs: scratch buffers stand in for them. The
-  // check comes first, while no run has left a destination holding its right result.
+  // check comes first, and once: while no run has left a destination holding its right
+  // result (a step that writes half its output would pass a check after one).
   ScratchBinding scratch(*this);
   scratch.bind();
   const std::vector<bool> safe = narrow_safe_steps(threads);
+  if (recalled && stages_fit(*recalled, steps_.size(), threads, safe)) {
+    apply_lanes(*recalled, preds);
+    return;
+  }
   if (mode == Lanes::kAlways) {
     // Every overlap, whatever it costs (tests).
     for (size_t s = 0; s < steps_.size(); ++s) unit[s].narrow_safe = safe[s];
@@ -333,6 +343,7 @@ void Program::choose_lanes(Lanes requested) {
     else if (kept.concurrent < plan.concurrent_stages())
       apply_lanes(kept.stages, preds);
   }
+  if (memo) memo->remember(kept.concurrent ? kept.stages : std::vector<LaneStage>{});
   if (mode == Lanes::kVerbose) report_lanes(preds, costs, threads, overhead_ms, plan, kept);
 }
 

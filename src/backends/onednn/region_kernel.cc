@@ -1,5 +1,7 @@
 #include "backends/onednn/region_kernel.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <deque>
 #include <map>
@@ -11,6 +13,7 @@
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
+#include "backends/onednn/lane_memo.h"
 
 namespace collage::onednn {
 namespace {
@@ -87,7 +90,9 @@ class RegionCompiler {
       pending_.erase(ready);
       emit(group);
     }
-    return std::make_unique<ProgramKernel>(std::move(program_), Program::Lanes::kMeasured);
+    std::unique_ptr<LaneMemo> memo = region_lane_memo(region_, winograd_, omp_get_max_threads());
+    return std::make_unique<ProgramKernel>(std::move(program_), Program::Lanes::kMeasured,
+                                           memo.get());
   }
 
  private:

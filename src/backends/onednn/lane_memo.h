@@ -1,0 +1,32 @@
+// The stage choice of a region's program kept on disk (lanes.h, LaneMemo), so that every
+// compile of one region on one machine runs its steps the same way: the tuner's measurement
+// of the region, its final timing, and every `collage run` of the plan. Choosing costs ~25
+// runs of the region per compile, too, which a recalled choice skips.
+//
+// One small file per region under $COLLAGE_CACHE_DIR/onednn-lanes (util/kernel_cache_dir.h),
+// named by a hash of everything the program and its timing depend on: the region's canonical
+// text, its Winograd nodes, the backend's version, and the machine with the thread count. A
+// file that cannot be read or does not fit the program (lanes.h, stages_fit) is chosen anew
+// and rewritten.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/onednn/lanes.h"
+#include "collage/graph.h"
+
+namespace collage::onednn {
+
+// The memo of `region` (as the program was built from it) compiled with `winograd` (per
+// node), on `threads` threads. Never throws: without a usable cache directory it remembers
+// nothing.
+std::unique_ptr<LaneMemo> region_lane_memo(const Graph& region, const std::vector<bool>& winograd,
+                                           int threads);
+
+// The text of a stage list as the memo stores it, and back (nullopt when it is not one).
+std::string stages_text(const std::vector<LaneStage>& stages);
+std::optional<std::vector<LaneStage>> parse_stages(const std::string& text);
+
+}  // namespace collage::onednn
