@@ -221,7 +221,7 @@ def summarize(work, out_dir):
     lines.append(f"- ONNX Runtime: {('onnxruntime-node ' + ort_version) if ort_version else 'n/a'}"
                  f"{'' if ort_version else ' (' + machine.get('ort_note', 'not available') + ')'}.")
     lines.append(f"- Tuning budget {machine.get('budget')} s per model, cost DB "
-                 f"`bench/results/costs.db`. Protocol: {machine.get('rounds')} rounds, each "
+                 f"`costs.db` beside this README. Protocol: {machine.get('rounds')} rounds, each "
                  f"the tuned plan alone (`collage run`) and ORT, each in its own process "
                  f"({machine.get('warmup')} warm-up + {machine.get('repeat')} timed runs, back "
                  "to back, as a user runs one model), the two in alternating order; then "

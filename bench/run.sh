@@ -162,7 +162,7 @@ for model in $MODELS; do
   fi
   gflops="$("$COLLAGE" info "$onnx" | awk '/^GFLOPs:/ {print $2}')"
 
-  say "[$n/$total] $model: tuning (budget ${BUDGET}s, cost DB bench/results/costs.db)"
+  say "[$n/$total] $model: tuning (budget ${BUDGET}s, cost DB $COST_DB)"
   if ! "$COLLAGE" tune "$onnx" -o "$dir/plan.json" --cost-db "$COST_DB" --budget "$BUDGET" \
     --threads "$THREADS" >"$dir/tune.log" 2>&1; then
     meta "$dir" model="$model" gflops="$gflops" status="tune failed: $(tail -1 "$dir/tune.log")"
