@@ -42,6 +42,19 @@ GraphLevelGenes graph_level_genes(const Graph& graph, const Placement& op_groups
   return genes;
 }
 
+std::vector<Genome> runner_up_genomes(std::vector<std::pair<double, Genome>> evaluated,
+                                      const Genome& best, double best_fitness, double margin) {
+  std::stable_sort(evaluated.begin(), evaluated.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Genome> out;
+  for (const auto& [fitness, genome] : evaluated) {
+    if (!(fitness <= best_fitness * margin)) break;
+    if (genome != best && std::find(out.begin(), out.end(), genome) == out.end())
+      out.push_back(genome);
+  }
+  return out;
+}
+
 std::vector<Genome> seed_genomes(const GraphLevelGenes& genes, const Placement& op_groups) {
   const size_t n = genes.choices.size();
   std::vector<Genome> seeds = {Genome(n, 0)};

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/candidate.h"
@@ -48,6 +49,12 @@ std::vector<Genome> seed_genomes(const GraphLevelGenes& genes, const Placement& 
 // when a merged region is not convex (it could not run as one kernel).
 Placement decode_genome(const Graph& graph, const Placement& op_groups,
                         const GraphLevelGenes& genes, const Genome& genome, int threads);
+
+// The genomes that came close: those of `evaluated` (fitness, genome) whose fitness is at
+// most `margin` times `best_fitness`, fastest first, each once, `best` left out. Fitness is
+// measured, so these may be as fast as the best (the tuner times them beside it).
+std::vector<Genome> runner_up_genomes(std::vector<std::pair<double, Genome>> evaluated,
+                                      const Genome& best, double best_fitness, double margin);
 
 struct EvolutionOptions {
   int population = 16;

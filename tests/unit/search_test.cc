@@ -182,6 +182,17 @@ TEST(GraphLevelSearch, SeedIsKeptWhenNothingBeatsIt) {
   EXPECT_LT(r.generations, 50u);  // stopped early on convergence
 }
 
+TEST(GraphLevelSearch, RunnerUpsAreTheCloseOnesFastestFirstWithoutTheBest) {
+  const Genome best = {1, 1}, a = {0, 1}, b = {1, 0}, c = {0, 0};
+  // Fitness values as measured: the best 10 ms, two within 10 %, one beyond, a repeat.
+  std::vector<std::pair<double, Genome>> evaluated = {
+      {10.8, b}, {12.0, c}, {10.0, best}, {10.3, a}, {10.9, b}};
+  EXPECT_EQ(runner_up_genomes(evaluated, best, 10.0, 1.10), (std::vector<Genome>{a, b}));
+  EXPECT_EQ(runner_up_genomes(evaluated, best, 10.0, 1.05), (std::vector<Genome>{a}));
+  EXPECT_TRUE(runner_up_genomes(evaluated, best, 10.0, 1.0).empty());
+  EXPECT_TRUE(runner_up_genomes({{10.0, best}}, best, 10.0, 2.0).empty());
+}
+
 TEST(Canonical, IgnoresNamesButNotStructure) {
   Graph a = chain(3), b = chain(3);
   for (auto& n : b.nodes()) n.name += "_other";
