@@ -220,11 +220,17 @@ def summarize(work, out_dir):
         lines.append("- GEMM peak: n/a (OpenBLAS not found).")
     lines.append(f"- ONNX Runtime: {('onnxruntime-node ' + ort_version) if ort_version else 'n/a'}"
                  f"{'' if ort_version else ' (' + machine.get('ort_note', 'not available') + ')'}.")
+    alone_runs = (f"{machine.get('warmup')} warm-up + {machine.get('repeat')} timed runs")
+    if machine.get("warmup_ms") is not None:
+        alone_runs = (f"warm-up runs for at least {machine.get('warmup_ms')} ms and at least "
+                      f"{machine.get('warmup')}, then timed runs for at least "
+                      f"{machine.get('timed_ms')} ms and at least {machine.get('repeat')}, "
+                      "counted from the plan's predicted latency")
     lines.append(f"- Tuning budget {machine.get('budget')} s per model, cost DB "
                  f"`costs.db` beside this README. Protocol: {machine.get('rounds')} rounds, each "
                  f"the tuned plan alone (`collage run`) and ORT, each in its own process "
-                 f"({machine.get('warmup')} warm-up + {machine.get('repeat')} timed runs, back "
-                 "to back, as a user runs one model), the two in alternating order; then "
+                 f"({alone_runs}, back to back, as a user runs one model; the same counts for "
+                 "both), the two in alternating order; then "
                  f"`collage bench` (every plan interleaved, {machine.get('warmup')} warm-up + "
                  f"{machine.get('repeat')} timed runs per plan, each timed run right after an "
                  f"untimed run of the same plan; a plan over 3× slower than the fastest in "

@@ -15,6 +15,11 @@
 #   BENCH_THREADS  thread budget for collage and ORT intra-op threads (default 2)
 #   BENCH_ROUNDS   interleaved rounds (default 5); BENCH_REPEAT timed runs per contender per
 #                  round (default 4); BENCH_WARMUP untimed runs per round (default 2)
+#   BENCH_WARMUP_MS, BENCH_TIMED_MS  a contender timed alone (the tuned plan, ORT) warms up
+#                  for at least this long and is timed for at least this long, by the plan's
+#                  predicted latency (defaults 200 and 100 ms: models faster than 100 ms
+#                  get more warm-up runs than BENCH_WARMUP, faster than 25 ms more timed
+#                  runs than BENCH_REPEAT)
 #   BENCH_OPENBLAS_CORETYPE  run with OPENBLAS_CORETYPE set to this (default: unset it)
 #   BUILD_DIR      where build/collage is (default build)
 #   BENCH_RESULTS  where README.md, speedups.svg, costs.db and work.tmp/ go (default
@@ -54,6 +59,8 @@ THREADS="${BENCH_THREADS:-2}"
 ROUNDS="${BENCH_ROUNDS:-5}"
 REPEAT="${BENCH_REPEAT:-4}"
 WARMUP="${BENCH_WARMUP:-2}"
+WARMUP_MS="${BENCH_WARMUP_MS:-200}"
+TIMED_MS="${BENCH_TIMED_MS:-100}"
 RESULTS="${BENCH_RESULTS:-$ROOT/bench/results}"
 mkdir -p "$RESULTS"
 WORK="$RESULTS/work.tmp"  # raw JSON of this run (git-ignored)
@@ -123,7 +130,8 @@ cpu="$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
 import json, sys
 json.dump({"date": "$(date -u '+%Y-%m-%d %H:%M UTC')", "cpu": """$cpu""", "nproc": $(nproc),
            "threads": $THREADS, "budget": $BUDGET, "rounds": $ROUNDS, "repeat": $REPEAT,
-           "warmup": $WARMUP, "coretype_note": "$coretype_note", "ort_note": "$ort_note",
+           "warmup": $WARMUP, "warmup_ms": $WARMUP_MS, "timed_ms": $TIMED_MS,
+           "coretype_note": "$coretype_note", "ort_note": "$ort_note",
            "models": "$MODELS".split(), "peak": json.loads('''$peak_json''')},
           open(sys.argv[1], "w"))
 EOF
@@ -189,7 +197,22 @@ for model in $MODELS; do
       rm -f "$dir/ort_check.json"
     fi
   fi
-  meta "$dir" model="$model" gflops="$gflops" status=ok ort_status="$ort_status"
+  # Runs alone: at least WARMUP warm-up runs and WARMUP_MS of them, at least REPEAT timed
+  # runs and TIMED_MS of them, from the plan's predicted latency; ORT gets the same counts.
+  # Two warm-up runs of a 0.2 ms model are 0.4 ms of work: its threads asleep, its caches
+  # and the cores' clocks not yet up (bert-tiny alone measured 0.193 ms, interleaved after
+  # more runs 0.174 ms).
+  read -r alone_warmup alone_repeat < <("$PY" - "$dir/plan.json" "$WARMUP" "$REPEAT" \
+    "$WARMUP_MS" "$TIMED_MS" <<'EOF'
+import json, math, sys
+predicted = json.load(open(sys.argv[1])).get("predicted_ms") or 0
+warmup, repeat, warmup_ms, timed_ms = (float(a) for a in sys.argv[2:])
+runs = lambda least, ms: int(max(least, math.ceil(ms / predicted) if predicted > 0 else least))
+print(min(runs(warmup, warmup_ms), 2000), min(runs(repeat, timed_ms), 1000))
+EOF
+  )
+  meta "$dir" model="$model" gflops="$gflops" status=ok ort_status="$ort_status" \
+    alone_warmup="$alone_warmup" alone_repeat="$alone_repeat"
 
   for ((r = 1; r <= ROUNDS; r++)); do
     say "[$n/$total] $model: timing, round $r/$ROUNDS"
@@ -211,16 +234,16 @@ for model in $MODELS; do
           >"$dir/bench_$r.log" 2>&1 || say "  collage bench failed: $(tail -1 "$dir/bench_$r.log")"
       elif [ "$who" = lanes_off ]; then
         COLLAGE_ONEDNN_LANES=off "$COLLAGE" run "$onnx" --plan "$dir/plan.json" \
-          --threads "$THREADS" --warmup "$WARMUP" --repeat "$REPEAT" --json \
+          --threads "$THREADS" --warmup "$alone_warmup" --repeat "$alone_repeat" --json \
           >"$dir/lanes_off_$r.json" 2>"$dir/lanes_off_$r.log" ||
           say "  collage run (lanes off) failed: $(tail -1 "$dir/lanes_off_$r.log")"
       elif [ "$who" = alone ]; then
         "$COLLAGE" run "$onnx" --plan "$dir/plan.json" --threads "$THREADS" \
-          --warmup "$WARMUP" --repeat "$REPEAT" --json >"$dir/alone_$r.json" \
+          --warmup "$alone_warmup" --repeat "$alone_repeat" --json >"$dir/alone_$r.json" \
           2>"$dir/alone_$r.log" || say "  collage run failed: $(tail -1 "$dir/alone_$r.log")"
       elif [ $ort_ok = 1 ] && [ "${ort_status#ORT failed}" = "$ort_status" ]; then
-        node "$PEERS/ort_run.js" "$onnx" --threads "$THREADS" --warmup "$WARMUP" \
-          --repeat "$REPEAT" >"$dir/ort_$r.json" 2>"$dir/ort_$r.log" ||
+        node "$PEERS/ort_run.js" "$onnx" --threads "$THREADS" --warmup "$alone_warmup" \
+          --repeat "$alone_repeat" >"$dir/ort_$r.json" 2>"$dir/ort_$r.log" ||
           say "  ORT failed: $(tail -1 "$dir/ort_$r.log")"
       fi
     done
