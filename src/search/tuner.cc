@@ -215,8 +215,9 @@ class Tuner {
     return best;
   }
 
-  // The runner-ups of the search (runner_up_genomes) as placements of their own, at most
-  // kRunnersUp: the final comparison times them beside the best. A fitness is the median of
+  // The runner-ups of the search (runner_up_genomes) as complete placements of their own
+  // (genomes differing only in groups that decode alike are one plan), at most kRunnersUp:
+  // the final comparison times them beside the best. A fitness is the median of
   // 5 runs, and the best of ~50 such medians is biased low (the winner's curse): GoogLeNet's
   // winner had 9.18 ms there and 10.41 side by side, and ran 8 % slower alone than the plan
   // an earlier tune had kept.
@@ -226,12 +227,13 @@ class Tuner {
                                     const Placement& best) {
     constexpr size_t kRunnersUp = 2;
     constexpr double kRunnerUpMargin = 1.10;
+    const Placement complete_best = complete_placement(graph_, best, threads_);
     std::vector<Placement> out;
     for (const Genome& genome :
          runner_up_genomes(evaluated, r.best, r.best_fitness, kRunnerUpMargin)) {
       if (out.size() == kRunnersUp) break;
-      Placement placement = decode(genome);
-      if (placement != best && std::find(out.begin(), out.end(), placement) == out.end())
+      Placement placement = complete_placement(graph_, decode(genome), threads_);
+      if (placement != complete_best && std::find(out.begin(), out.end(), placement) == out.end())
         out.push_back(std::move(placement));
     }
     return out;
@@ -296,7 +298,7 @@ class Tuner {
                             std::numeric_limits<double>::quiet_NaN()});
     }
     for (size_t i = 0; i < runners_up_.size(); ++i) {
-      Placement completed = complete_placement(graph_, runners_up_[i], threads_);
+      Placement completed = runners_up_[i];
       ScheduledPlan runner = schedule_of(completed);
       const bool concurrent = runner.concurrent();
       Contender c{fmt::format("tuned#{}", i + 2),
@@ -451,7 +453,7 @@ class Tuner {
   MeasuredCosts costs_;
   ConfirmedCosts confirmed_{costs_};
   std::vector<Candidate> candidates_;
-  std::vector<Placement> runners_up_;  // of the graph-level search, best first
+  std::vector<Placement> runners_up_;  // of the graph-level search, complete, best first
   std::map<std::tuple<const Backend*, std::string, int, std::vector<NodeId>>,
            std::shared_ptr<Kernel>>
       kernels_;

@@ -64,7 +64,7 @@ void transpose_tile(void* context, size_t b, size_t i0, size_t j0, size_t ti, si
 }  // namespace
 
 void transpose_batched(const float* src, float* dst, size_t batch, size_t rows, size_t cols,
-                       pthreadpool_t pool, AfterTranspose after) {
+                       pthreadpool_t pool) {
   // With a unit dimension both layouts hold the same sequence.
   if (rows == 1 || cols == 1) {
     std::memcpy(dst, src, batch * rows * cols * sizeof(float));
@@ -72,17 +72,16 @@ void transpose_batched(const float* src, float* dst, size_t batch, size_t rows, 
   }
   TransposeTask task{src, dst, rows, cols};
   if (batch * rows * cols < kParallelThreshold) pool = nullptr;
-  pthreadpool_parallelize_3d_tile_2d(
-      pool, transpose_tile, &task, batch, rows, cols, kTile, kTile,
-      after == AfterTranspose::kYield ? PTHREADPOOL_FLAG_YIELD_WORKERS : 0);
+  pthreadpool_parallelize_3d_tile_2d(pool, transpose_tile, &task, batch, rows, cols, kTile, kTile,
+                                     0);
 }
 
 void nchw_to_nhwc(const float* src, float* dst, const Shape& nchw, pthreadpool_t pool) {
-  transpose_batched(src, dst, nchw[0], nchw[1], nchw[2] * nchw[3], pool, AfterTranspose::kSpin);
+  transpose_batched(src, dst, nchw[0], nchw[1], nchw[2] * nchw[3], pool);
 }
 
 void nhwc_to_nchw(const float* src, float* dst, const Shape& nchw, pthreadpool_t pool) {
-  transpose_batched(src, dst, nchw[0], nchw[2] * nchw[3], nchw[1], pool, AfterTranspose::kYield);
+  transpose_batched(src, dst, nchw[0], nchw[2] * nchw[3], nchw[1], pool);
 }
 
 Shape nhwc_shape(const Shape& nchw) {

@@ -11,19 +11,12 @@
 
 namespace collage::xnnpack {
 
-// What the pool's workers do once a transpose is done. kSpin: spin for the next parallel call,
-// which follows at once (an input converted before the operators run). kYield: sleep (the
-// kernel's run ends here), as the operators do after theirs (kOperatorFlags): a worker
-// spinning on after the kernel holds a core the next kernel, of another library, needs.
-enum class AfterTranspose { kSpin, kYield };
-
 // dst[b][j][i] = src[b][i][j] for a batch of rows x cols matrices, in cache-sized tiles
 // spread over `pool` (nullptr: the caller's thread).
 void transpose_batched(const float* src, float* dst, size_t batch, size_t rows, size_t cols,
-                       pthreadpool_t pool, AfterTranspose after);
+                       pthreadpool_t pool);
 
-// `nchw` is the NCHW shape of the data on both sides. Inputs are converted before the
-// operators run (the workers spin on), outputs after them (the workers sleep).
+// `nchw` is the NCHW shape of the data on both sides.
 void nchw_to_nhwc(const float* src, float* dst, const Shape& nchw, pthreadpool_t pool);
 void nhwc_to_nchw(const float* src, float* dst, const Shape& nchw, pthreadpool_t pool);
 
