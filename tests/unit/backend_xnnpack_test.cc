@@ -3,7 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <set>
+#include <thread>
+#include <tuple>
 
 #include "backend_test_util.h"
 #include "collage/backend.h"
@@ -471,6 +477,54 @@ TEST(XnnpackBackend, KernelsOfEveryThreadCountComputeTheSame) {
     for (ValueId v : block.outputs) out.emplace_back(DType::kFloat32, block.value(v).shape);
     kernels[k]->run(in, out);
     EXPECT_TRUE(testing::outputs_match(out, want)) << "kernel " << k;
+  }
+}
+
+// The threads of this process, by id.
+std::set<std::string> thread_ids() {
+  std::set<std::string> ids;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task"))
+    ids.insert(task.path().filename().string());
+  return ids;
+}
+
+// CPU time (ns) threads `ids` have had (schedstat's first field).
+uint64_t cpu_ns(const std::set<std::string>& ids) {
+  uint64_t total = 0;
+  for (const std::string& id : ids) {
+    std::ifstream stat("/proc/self/task/" + id + "/schedstat");
+    uint64_t ns = 0;
+    if (stat >> ns) total += ns;
+  }
+  return total;
+}
+
+// A kernel's run leaves its pool's workers asleep: pthreadpool's spin after a call without
+// PTHREADPOOL_FLAG_YIELD_WORKERS held a core the next kernel (of another library) needed
+// (thread_pool.h, yield_workers). Seven threads: a pool no other test makes, so its workers
+// are the threads this test starts (others, such as OpenBLAS's, spin on their own terms).
+TEST(XnnpackBackend, KernelsLeaveTheirPoolAsleep) {
+  SmallCnn cnn;
+  const Graph conv = extract_subgraph(cnn.graph, {0});
+  const Graph block = extract_subgraph(cnn.graph, {0, 1, 2, 3, 4, 5});
+  const std::set<std::string> before = thread_ids();
+  std::unique_ptr<Kernel> op_kernel = op_level().compile(conv, {"", 7});
+  std::unique_ptr<Kernel> region_kernel = graph_level().compile(block, {"", 7});
+  std::set<std::string> workers;
+  for (const std::string& id : thread_ids())
+    if (!before.count(id)) workers.insert(id);
+  ASSERT_FALSE(workers.empty()) << "no pool thread was started";
+  for (auto [name, kernel, g] : {std::tuple{"xnnpack", op_kernel.get(), &conv},
+                                 std::tuple{"xnnpack-graph", region_kernel.get(), &block}}) {
+    std::vector<Tensor> inputs = random_inputs(*g, 5);
+    std::vector<Tensor> out;
+    for (ValueId v : g->outputs) out.emplace_back(DType::kFloat32, g->value(v).shape);
+    for (int run = 0; run < 3; ++run) kernel->run(inputs, out);
+    const uint64_t start = cpu_ns(workers);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const double spent_ms = static_cast<double>(cpu_ns(workers) - start) / 1e6;
+    EXPECT_LT(spent_ms, 5.0) << name << ": the pool's workers ran " << spent_ms
+                             << " ms while the caller slept 50 ms after its runs";
   }
 }
 

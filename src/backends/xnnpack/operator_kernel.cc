@@ -81,6 +81,7 @@ void OperatorKernel::run(std::span<const Tensor> inputs, std::span<const Tensor>
   setup_if_moved(spec_.output_staged_nhwc ? output_staging_.data() : out);
   check_status(xnn_run_operator(spec_.op.get(), pool), spec_.what);
   if (spec_.output_staged_nhwc) nhwc_to_nchw(output_staging_.data(), out, spec_.output_nchw, pool);
+  pool_->yield_workers();
 }
 
 }  // namespace collage::xnnpack

@@ -62,6 +62,7 @@ void SubgraphKernel::run(std::span<const Tensor> inputs, std::span<const Tensor>
     if (out.tensor.nhwc)
       nhwc_to_nchw(out.staging.data(), outputs[j].data<float>(), out.tensor.shape, pool);
   }
+  pool_->yield_workers();
 }
 
 std::unique_ptr<Kernel> compile_subgraph(const Graph& region, std::shared_ptr<ThreadPool> pool) {

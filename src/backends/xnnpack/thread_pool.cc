@@ -14,6 +14,15 @@ ThreadPool::ThreadPool(int threads) : threads_(threads < 1 ? 1 : threads) {
   }
 }
 
+void ThreadPool::yield_workers() const {
+  if (!pool_) return;
+  // One item per thread, so that every worker takes one and then sleeps (a range the
+  // caller could run alone would not reach them).
+  pthreadpool_parallelize_1d(
+      pool_, [](void*, size_t) {}, nullptr, static_cast<size_t>(threads_),
+      PTHREADPOOL_FLAG_YIELD_WORKERS);
+}
+
 ThreadPool::~ThreadPool() {
   if (pool_) pthreadpool_destroy(pool_);
 }

@@ -22,6 +22,15 @@ class ThreadPool {
   pthreadpool_t get() const { return pool_; }
   int threads() const { return threads_; }
 
+  // Puts the workers to sleep now. After a parallel call without
+  // PTHREADPOOL_FLAG_YIELD_WORKERS (XNNPACK's own, and ours converting layouts) they spin
+  // ~1M iterations, tens of ms, on cores the next kernel needs: in the tuner's side-by-side
+  // comparison, SqueezeNet's one onednn-graph region timed right after an XNNPACK plan took
+  // 6.9 ms instead of 2.8, and the tuner wrote a 39-kernel plan that ran 2x slower. Every
+  // XNNPACK kernel calls this as its run ends (an empty task per worker, then sleep: a few
+  // microseconds).
+  void yield_workers() const;
+
  private:
   pthreadpool_t pool_ = nullptr;
   int threads_ = 1;
