@@ -26,7 +26,11 @@ namespace collage {
 // - Threads unbound: until libxsmm's OMP_PROC_BIND=TRUE was taken back out of the
 //   environment (backends/libxsmm/tiled_gemm.cc), the measure worker inherited it and ran
 //   the thread pools made from its main thread (XNNPACK's, Halide's) on one core.
-inline constexpr const char* kTimingConditionsMark = "denormals flushed to zero\nthreads unbound\n";
+// - Idle pools asleep: until XNNPACK's kernels put their workers to sleep as they end
+//   (backends/xnnpack/thread_pool.h), a kernel timed within ~13 ms after one shared a core
+//   with them (vit-tiny's patch conv confirmed at 0.69 ms, first timed at 0.012).
+inline constexpr const char* kTimingConditionsMark =
+    "denormals flushed to zero\nthreads unbound\nidle pools asleep\n";
 
 struct CostRecord {
   double milliseconds = 0;  // +inf when the candidate failed
