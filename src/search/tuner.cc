@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "collage/backend.h"
@@ -215,9 +216,9 @@ class Tuner {
     return best;
   }
 
-  // The runner-ups of the search (runner_up_genomes) as complete placements of their own
-  // (genomes differing only in groups that decode alike are one plan), at most kRunnersUp:
-  // the final comparison times them beside the best. A fitness is the median of
+  // The runner-ups of the search (runner_up_genomes) as complete placements that are plans
+  // of their own (genomes that decode to the same plan, by its cost-DB key, are one), at
+  // most kRunnersUp: the final comparison times them beside the best. A fitness is the median of
   // 5 runs, and the best of ~50 such medians is biased low (the winner's curse): GoogLeNet's
   // winner had 9.18 ms there and 10.41 side by side, and ran 8 % slower alone than the plan
   // an earlier tune had kept.
@@ -227,14 +228,19 @@ class Tuner {
                                     const Placement& best) {
     constexpr size_t kRunnersUp = 2;
     constexpr double kRunnerUpMargin = 1.10;
-    const Placement complete_best = complete_placement(graph_, best, threads_);
+    auto plan_key = [&](const Placement& placement) {
+      const ScheduledPlan scheduled = schedule_of(placement);
+      return plan_record_key(graph_, scheduled.placement, scheduled.text(), kPlanSideBySideRecord,
+                             machine_)
+          .key;
+    };
+    std::set<std::string> seen = {plan_key(complete_placement(graph_, best, threads_))};
     std::vector<Placement> out;
     for (const Genome& genome :
          runner_up_genomes(evaluated, r.best, r.best_fitness, kRunnerUpMargin)) {
       if (out.size() == kRunnersUp) break;
       Placement placement = complete_placement(graph_, decode(genome), threads_);
-      if (placement != complete_best && std::find(out.begin(), out.end(), placement) == out.end())
-        out.push_back(std::move(placement));
+      if (seen.insert(plan_key(placement)).second) out.push_back(std::move(placement));
     }
     return out;
   }
