@@ -218,10 +218,10 @@ class Tuner {
 
   // The runner-ups of the search (runner_up_genomes) as complete placements that are plans
   // of their own (genomes that decode to the same plan, by its cost-DB key, are one), at
-  // most kRunnersUp: the final comparison times them beside the best. A fitness is the median of
-  // 5 runs, and the best of ~50 such medians is biased low (the winner's curse): GoogLeNet's
-  // winner had 9.18 ms there and 10.41 side by side, and ran 8 % slower alone than the plan
-  // an earlier tune had kept.
+  // most kRunnersUp: the final comparison times them beside the best. A fitness is the
+  // median of 5 runs, and the best of ~50 such medians is biased low (the winner's curse):
+  // GoogLeNet's winner had 9.18 ms there and 10.41 side by side, and ran 8 % slower alone
+  // than the plan an earlier tune had kept.
   template <typename Decode>
   std::vector<Placement> runners_up(const std::vector<std::pair<double, Genome>>& evaluated,
                                     const EvolutionResult& r, const Decode& decode,
