@@ -145,42 +145,46 @@ using dt = dnnl::memory::data_type;
 using program_steps::add_linear;
 using program_steps::add_sum;
 
+// y = (x + 6) + (2^6 x) in 13 steps: chain a at even steps 0-10, chain b at odd 1-11, the sum.
+void build_two_chains(Program& p, const dnnl::memory::desc& md) {
+  dnnl::memory x = p.input(0, md);
+  dnnl::memory a = x, b = x;
+  for (int i = 0; i < 6; ++i) {
+    dnnl::memory na = p.rewritten_buffer(md), nb = p.rewritten_buffer(md);
+    add_linear(p, a, na, 1.0f, 1.0f);
+    add_linear(p, b, nb, 2.0f, 0.0f);
+    a = na;
+    b = nb;
+  }
+  add_sum(p, a, b, p.output(0, md));
+}
+
+void expect_two_chains_computed(Program& p, int elems, int runs = 5) {
+  std::vector<float> values(elems);
+  for (int i = 0; i < elems; ++i) values[i] = static_cast<float>(i % 101) * 0.25f;
+  Tensor in = Tensor::from_vector<float>({elems}, values);
+  for (int run = 0; run < runs; ++run) {
+    Tensor got(DType::kFloat32, {elems});
+    p.run(std::span<const Tensor>(&in, 1), std::span<const Tensor>(&got, 1));
+    for (int i = 0; i < elems; ++i)
+      ASSERT_EQ(got.data<float>()[i], (values[i] + 6) + 64.0f * values[i]) << run << " " << i;
+  }
+}
+
 TEST(OnednnLanes, TwoChainsOfAProgramRunConcurrentlyAndComputeTheSame) {
   WithLanes lanes("always");
-  constexpr int kSteps = 6, kElems = 1 << 14;
+  constexpr int kElems = 1 << 14;
   const dnnl::memory::desc md({kElems}, dt::f32, tag::a);
-  // y = (x + 6) + (2^6 x): two chains from one input, joined by a sum.
-  auto build = [&](Program& p) {
-    dnnl::memory x = p.input(0, md);
-    dnnl::memory a = x, b = x;
-    for (int i = 0; i < kSteps; ++i) {
-      dnnl::memory na = p.rewritten_buffer(md), nb = p.rewritten_buffer(md);
-      add_linear(p, a, na, 1.0f, 1.0f);
-      add_linear(p, b, nb, 2.0f, 0.0f);
-      a = na;
-      b = nb;
-    }
-    add_sum(p, a, b, p.output(0, md));
-  };
   Program sequential, staged;
-  build(sequential);
-  build(staged);
+  build_two_chains(sequential, md);
+  build_two_chains(staged, md);
   sequential.finalize();
   staged.finalize(Program::Lanes::kAlways);
   EXPECT_EQ(sequential.concurrent_stages(), 0);
   ASSERT_EQ(staged.concurrent_stages(), 1);
   // Two chains live at once keep apart: more arena than one step after another needs.
   EXPECT_GT(staged.arena_bytes(), sequential.arena_bytes());
-
-  std::vector<float> values(kElems);
-  for (int i = 0; i < kElems; ++i) values[i] = static_cast<float>(i % 101) * 0.25f;
-  Tensor in = Tensor::from_vector<float>({kElems}, values);
-  for (int run = 0; run < 20; ++run) {
-    Tensor got(DType::kFloat32, {kElems});
-    staged.run(std::span<const Tensor>(&in, 1), std::span<const Tensor>(&got, 1));
-    for (int i = 0; i < kElems; ++i)
-      ASSERT_EQ(got.data<float>()[i], (values[i] + kSteps) + 64.0f * values[i]) << run << " " << i;
-  }
+  expect_two_chains_computed(staged, kElems, 20);
 }
 
 TEST(OnednnLanes, StagesFitOnlyACoverOfTheProgramInProgramOrder) {
@@ -232,56 +236,26 @@ class HeldLaneMemo : public LaneMemo {
   std::optional<std::vector<LaneStage>> held_;
 };
 
-// y = (x + 6) + (2^6 x) in 13 steps: chain a at even steps 0-10, chain b at odd 1-11, the sum.
-void build_two_chains(Program& p, const dnnl::memory::desc& md) {
-  dnnl::memory x = p.input(0, md);
-  dnnl::memory a = x, b = x;
-  for (int i = 0; i < 6; ++i) {
-    dnnl::memory na = p.rewritten_buffer(md), nb = p.rewritten_buffer(md);
-    add_linear(p, a, na, 1.0f, 1.0f);
-    add_linear(p, b, nb, 2.0f, 0.0f);
-    a = na;
-    b = nb;
-  }
-  add_sum(p, a, b, p.output(0, md));
-}
-
-void expect_two_chains_computed(Program& p, int elems) {
-  std::vector<float> values(elems);
-  for (int i = 0; i < elems; ++i) values[i] = static_cast<float>(i % 101) * 0.25f;
-  Tensor in = Tensor::from_vector<float>({elems}, values);
-  for (int run = 0; run < 5; ++run) {
-    Tensor got(DType::kFloat32, {elems});
-    p.run(std::span<const Tensor>(&in, 1), std::span<const Tensor>(&got, 1));
-    for (int i = 0; i < elems; ++i)
-      ASSERT_EQ(got.data<float>()[i], (values[i] + 6) + 64.0f * values[i]) << run << " " << i;
-  }
-}
-
 TEST(OnednnLanes, ARememberedChoiceRunsAsRememberedAndAnUnfitOneIsMeasuredAgain) {
   WithLanes lanes(nullptr);
   constexpr int kElems = 1 << 12;
   const dnnl::memory::desc md({kElems}, dt::f32, tag::a);
   const std::vector<LaneStage> chains = {{0, 12, {{0, 2, 4, 6, 8, 10}, {1, 3, 5, 7, 9, 11}}},
                                          {12, 13, {}}};
-  {
-    // Taken as it is, nothing measured or written.
-    HeldLaneMemo memo(chains);
+  struct Recalled {
+    const char* what;
+    std::vector<LaneStage> held;
+    int stages;
+  };
+  for (const Recalled& r : {Recalled{"stages: taken as they are", chains, 1},
+                            Recalled{"one step after another", {}, 0}}) {
+    SCOPED_TRACE(r.what);
+    HeldLaneMemo memo(r.held);
     Program p;
     build_two_chains(p, md);
     p.finalize(Program::Lanes::kMeasured, &memo);
-    EXPECT_EQ(p.concurrent_stages(), 1);
-    EXPECT_EQ(memo.writes, 0);
-    expect_two_chains_computed(p, kElems);
-  }
-  {
-    // "Sequential" remembered: no stage, nothing measured.
-    HeldLaneMemo memo(std::vector<LaneStage>{});
-    Program p;
-    build_two_chains(p, md);
-    p.finalize(Program::Lanes::kMeasured, &memo);
-    EXPECT_EQ(p.concurrent_stages(), 0);
-    EXPECT_EQ(memo.writes, 0);
+    EXPECT_EQ(p.concurrent_stages(), r.stages);
+    EXPECT_EQ(memo.writes, 0) << "nothing measured or written";
     expect_two_chains_computed(p, kElems);
   }
   for (const std::optional<std::vector<LaneStage>>& held :
