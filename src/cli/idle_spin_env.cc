@@ -9,7 +9,8 @@
 //   - libgomp: GOMP_SPINCOUNT, 300k iterations by default;
 //   - OpenBLAS (pthread build): OPENBLAS_THREAD_TIMEOUT = log2 of the cycles its workers
 //     yield-spin, 2^28 by default (~0.1 s).
-// XNNPACK's pthreadpool is told per call (XNN_FLAG_YIELD_WORKERS, see the xnnpack backend).
+// XNNPACK's pthreadpool is put to sleep by each kernel as its run ends (the xnnpack
+// backend's ThreadPool::yield_workers).
 // A user's explicit OMP_WAIT_POLICY / GOMP_SPINCOUNT / OPENBLAS_THREAD_TIMEOUT always wins.
 #include "cli/idle_spin_env.h"
 
