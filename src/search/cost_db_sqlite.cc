@@ -509,13 +509,12 @@ void SqliteCostDb::use_wal() {
       if (s.step() == SQLITE_ROW) mode = s.text(0);
     }
     if (mode == "wal") return;
-    char* err = nullptr;
-    int rc = sqlite3_exec(db_, "PRAGMA journal_mode=WAL", nullptr, nullptr, &err);
-    std::string message = err ? err : sqlite3_errstr(rc);
-    sqlite3_free(err);
-    if (rc == SQLITE_OK) return;
-    if (!is_busy(rc) || Clock::now() > deadline)
-      throw SqliteFailure(rc, message + " (PRAGMA journal_mode=WAL)");
+    try {
+      exec_or_throw(db_, "PRAGMA journal_mode=WAL");
+      return;
+    } catch (const SqliteFailure& e) {
+      if (!is_busy(e.code) || Clock::now() > deadline) throw;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }

@@ -58,8 +58,8 @@ KernelKey kernel_key(const Graph& subgraph, const Candidate& candidate, const Ha
   std::string text =
       evict_bytes ? fmt::format("{}cache: {} MiB read between runs\n", canonical, evict_bytes >> 20)
                   : canonical;
-  // Timed with denormals flushed (runtime/threads.h); costs timed before that are other
-  // measurements (a random-weight EfficientNet-B0 ran 15 % slower with denormals).
+  // The conditions it was timed under (search/cost_db.h): costs timed under others are other
+  // measurements.
   text += kTimingConditionsMark;
   // A variant is another way of computing the same nodes: its own measurement. The default
   // variant keeps the plain backend name, so keys from before variants still match.

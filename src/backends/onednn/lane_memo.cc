@@ -42,13 +42,6 @@ class FileLaneMemo : public LaneMemo {
   std::filesystem::path path_;
 };
 
-// Remembers nothing (no cache directory).
-class NoLaneMemo : public LaneMemo {
- public:
-  std::optional<std::vector<LaneStage>> recall() override { return std::nullopt; }
-  void remember(const std::vector<LaneStage>&) override {}
-};
-
 }  // namespace
 
 std::string stages_text(const std::vector<LaneStage>& stages) {
@@ -99,7 +92,7 @@ std::unique_ptr<LaneMemo> region_lane_memo(const Graph& region, const std::vecto
     return std::make_unique<FileLaneMemo>(dir.path / (hash_hex(key) + ".stages"));
   } catch (const std::exception& e) {
     spdlog::debug("onednn lanes: nothing remembered: {}", e.what());
-    return std::make_unique<NoLaneMemo>();
+    return nullptr;
   }
 }
 

@@ -20,8 +20,8 @@
 namespace collage::onednn {
 
 // The memo of `region` (as the program was built from it) compiled with `winograd` (per
-// node), on `threads` threads. Never throws: without a usable cache directory it remembers
-// nothing.
+// node), on `threads` threads. Never throws: nullptr (nothing remembered, every compile
+// measures) when no cache directory can be had.
 std::unique_ptr<LaneMemo> region_lane_memo(const Graph& region, const std::vector<bool>& winograd,
                                            int threads);
 
