@@ -22,6 +22,16 @@ using DeclaredTypes = std::vector<DeclaredType>;
 // are compared only when `check_dims` (inputs were not given other shapes).
 void check_declared_types(const Graph& graph, const DeclaredTypes& declared, bool check_dims);
 
+// Removes the nodes that compute nothing (Identity, Dropout at inference: the only Dropout
+// shape inference lets through) by reading their input instead, unless their output is a
+// graph output. A fast backend then never meets them between the ops it fuses.
+void remove_identities(Graph& graph);
+
+// Replaces each Einsum it can with Transpose/Reshape/MatMul/ReduceSum nodes computing it
+// (einsum_lowering.cc); the others stay Einsum (the reference kernel runs them). Needs the
+// shapes infer_shapes gives; fold_constants afterwards folds the constant operands' Transposes.
+void lower_einsum(Graph& graph);
+
 // Drops the constants infer_shapes attached to node outputs, so every node computes its
 // outputs at run time (import without optimisation).
 void detach_folded_constants(Graph& graph);

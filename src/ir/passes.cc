@@ -300,6 +300,38 @@ void remove_dead_code(Graph& graph) {
   graph.prune(remove);
 }
 
+void remove_identities(Graph& graph) {
+  // A graph output keeps its producer: its name is the output's.
+  std::vector<bool> leaves(graph.num_values(), false), read(graph.num_values(), false);
+  for (ValueId v : graph.outputs) leaves[v] = read[v] = true;
+  for (const Node& node : graph.nodes())
+    for (ValueId v : node.inputs)
+      if (v != kNoValue) read[v] = true;
+  std::vector<ValueId> same(graph.num_values());
+  for (size_t v = 0; v < same.size(); ++v) same[v] = static_cast<ValueId>(v);
+  std::vector<bool> remove(graph.num_nodes(), false);
+  bool any = false;
+  for (size_t i = 0; i < graph.num_nodes(); ++i) {
+    Node& node = graph.node(static_cast<NodeId>(i));
+    for (ValueId& v : node.inputs)
+      if (v != kNoValue) v = same[v];
+    // Dropout's shape function refuses every form that is not the identity (a random
+    // training-mode one); its mask, when read, still needs the node.
+    const bool no_op =
+        node.domain.empty() &&
+        (node.op_type == "Identity" ||
+         (node.op_type == "Dropout" &&
+          (node.outputs.size() < 2 || node.outputs[1] == kNoValue || !read[node.outputs[1]])));
+    if (!no_op || node.inputs.empty() || node.inputs[0] == kNoValue || node.outputs.empty() ||
+        node.outputs[0] == kNoValue || leaves[node.outputs[0]])
+      continue;
+    same[node.outputs[0]] = node.inputs[0];
+    remove[i] = true;
+    any = true;
+  }
+  if (any) graph.prune(remove);
+}
+
 void detach_folded_constants(Graph& graph) {
   for (const Node& node : graph.nodes())
     for (ValueId v : node.outputs)

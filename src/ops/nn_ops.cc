@@ -1,4 +1,4 @@
-// The nn op group: convolutions, pooling, Gemm/MatMul, normalizations, Softmax and
+// The nn op group: convolutions, pooling, Gemm/MatMul, Einsum, normalizations, Softmax and
 // Dropout. Each family lives in its own src/ops/nn_*.cc; this is the group's entry point.
 #include "ops/nn_util.h"
 #include "ops/register.h"
@@ -11,6 +11,7 @@ void register_nn_ops(OpRegistry& registry) {
   nn::register_pool_ops(registry);
   nn::register_norm_ops(registry);
   nn::register_softmax_ops(registry);
+  nn::register_einsum_ops(registry);
 }
 
 }  // namespace collage::ops

@@ -15,6 +15,7 @@ void register_matmul_ops(OpRegistry& registry);
 void register_pool_ops(OpRegistry& registry);
 void register_norm_ops(OpRegistry& registry);
 void register_softmax_ops(OpRegistry& registry);
+void register_einsum_ops(OpRegistry& registry);
 
 // Throws Error(kind) prefixed with the node's name and op, like InferContext::fail.
 template <typename... Args>

@@ -121,6 +121,37 @@ class TinyBert(torch.nn.Module):
         return x, torch.tanh(self.pooler(x[:, 0]))
 
 
+class EinsumBlock(torch.nn.Module):
+    """Attention and projections written with torch.einsum, as MaxViT and many research
+    transformers are: batched products, a contraction over two labels at once (heads and
+    head_dim into the output projection), an ellipsis, and a sum no output keeps."""
+
+    def __init__(self, hidden=64, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(hidden, 3 * hidden)
+        self.proj = torch.nn.Parameter(0.2 * torch.randn(heads, hidden // heads, hidden))
+        self.gate = torch.nn.Parameter(torch.randn(hidden) / hidden ** 0.5)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) * (c // self.heads) ** -0.5
+        context = torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1), v)
+        out = torch.einsum("bhqd,hdc->bqc", context, self.proj) + x
+        gate = torch.einsum("...c,c->...", out, self.gate)
+        total = torch.einsum("bqc->b", out)
+        return torch.relu(out) * torch.sigmoid(gate).unsqueeze(-1) + total[:, None, None] / (n * c)
+
+
+def einsum_model(opset):
+    def build():
+        model = EinsumBlock().eval()
+        return model, (torch.randn(1, 20, 64),), ["x"], ["y"]
+
+    return build, opset, None
+
+
 def randomize_layernorm(model):
     # LayerNorm defaults (weight 1, bias 0) would hide a kernel that drops the affine part.
     with torch.no_grad():
@@ -161,6 +192,7 @@ MODELS = {
     "googlenet": image_model("googlenet", 15, aux_logits=False, init_weights=True),
     "bert_opset13": bert_model(13),
     "bert_opset17": bert_model(17),
+    "einsum_block": einsum_model(13),
 }
 
 # Ops each export must (or must not) contain, so a silent change in the exporter cannot
@@ -171,6 +203,7 @@ REQUIRED_OPS = {
     "googlenet": {"Conv", "Relu", "MaxPool", "Concat", "Gemm"},
     "bert_opset13": {"Gather", "MatMul", "Softmax", "Erf", "ReduceMean", "Sqrt", "Tanh"},
     "bert_opset17": {"Gather", "MatMul", "Softmax", "Erf", "LayerNormalization", "Tanh"},
+    "einsum_block": {"Einsum", "Softmax"},
 }
 FORBIDDEN_OPS = {
     "bert_opset13": {"LayerNormalization"},

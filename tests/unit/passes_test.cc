@@ -1,7 +1,12 @@
 // Shape inference with folding, constant folding, dead-code removal and model_stats.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "backend_test_util.h"
 #include "collage/model.h"
+#include "collage/session.h"
+#include "graph_builder.h"
 #include "import_test_util.h"
 #include "op_test_util.h"
 
@@ -210,6 +215,45 @@ TEST(ModelStats, CountsMacsOfTheHeavyOps) {
   EXPECT_EQ(s.op_histogram.at("Conv"), 1);
   EXPECT_EQ(s.op_histogram.at("Relu"), 1);
   EXPECT_EQ(s.op_histogram.size(), 5u);
+}
+
+}  // namespace
+}  // namespace collage
+
+namespace collage {
+namespace {
+
+// Identity and inference-form Dropout (a training-mode one of ratio 0 too) vanish on import;
+// a Dropout whose mask is read, or whose output is the graph's, stays; outputs unchanged.
+TEST(RemoveIdentities, NoOpNodesGoUnlessTheirOutputIsNeeded) {
+  testing::GraphBuilder b(13);
+  ValueId x = b.input("x", DType::kFloat32, {2, 5});
+  ValueId ratio = b.constant("ratio", Tensor::from_vector<float>({}, {0.0f}));
+  ValueId training = b.constant("training", Tensor::from_vector<bool>({}, {true}));
+  ValueId y = b.add1("Relu", {b.add1("Identity", {x})});
+  y = b.add1("Dropout", {y, ratio, training});
+  std::vector<ValueId> with_mask = b.add("Dropout", {y}, {}, 2);
+  ValueId mask = b.add1("Cast", {with_mask[1]}, {{"to", testing::attr_i(1)}});
+  b.output(b.add1("Dropout", {b.add1("Sigmoid", {with_mask[0]})}));
+  b.output(mask);
+  const std::string bytes = model_to_bytes(b.graph());
+  const Graph optimized = load_model_from_bytes(bytes, "");
+  LoadOptions plain;
+  plain.optimize = false;
+  const Graph kept = load_model_from_bytes(bytes, "", plain);
+  auto count = [](const Graph& g, const std::string& op) {
+    return std::count_if(g.nodes().begin(), g.nodes().end(),
+                         [&](const Node& n) { return n.op_type == op; });
+  };
+  EXPECT_EQ(count(kept, "Identity"), 1);
+  EXPECT_EQ(count(kept, "Dropout"), 3);
+  EXPECT_EQ(count(optimized, "Identity"), 0);
+  EXPECT_EQ(count(optimized, "Dropout"), 2);  // the mask's and the graph output's
+  const std::vector<Tensor> inputs = random_inputs(kept, 4);
+  const std::vector<Tensor> want = Session(kept, SessionOptions{}).run(inputs);
+  const std::vector<Tensor> got = Session(optimized, SessionOptions{}).run(inputs);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(testing::outputs_match(got, want, Tolerance{0, 0}));
 }
 
 }  // namespace
