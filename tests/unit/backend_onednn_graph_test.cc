@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend_test_util.h"
+#include "backends/onednn/dnnl_common.h"
 #include "backends/onednn/region_kernel.h"
 #include "collage/backend.h"
 #include "collage/session.h"
@@ -185,6 +186,30 @@ TEST(OnednnGraphBackend, ConcatOfBranchesInRegion) {
     expect_like_reference(
         b.graph(), "concat of " + std::to_string(n) + " branches, trial " + std::to_string(trial));
   }
+}
+
+// Broadcasts oneDNN 2.6's binary primitive loops over in its reference kernel in the shape
+// they come in, run jit over merged dimensions: a normalization over the last axis of a 4-D
+// tensor (Swin-T's LayerNorm pieces: 18 ms per Sub there, 0.1 ms merged), its per-channel
+// affine as post-ops, and a 5-D attention-mask Add.
+TEST(OnednnGraphBackend, BroadcastsRunJitOverMergedDimensions) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 14, 14, 32});
+  ValueId mean = b.input("mean", DType::kFloat32, {1, 14, 14, 1});
+  ValueId sd = b.input("sd", DType::kFloat32, {1, 14, 14, 1});
+  ValueId norm = b.add1("Div", {b.add1("Sub", {x, mean}), sd});
+  b.output(b.add1("Add", {b.add1("Mul", {norm, b.random_constant("gamma", {32})}),
+                          b.random_constant("beta", {32})}));
+  ValueId scores = b.input("scores", DType::kFloat32, {1, 8, 3, 7, 7});
+  b.output(b.add1("Relu", {b.add1("Add", {scores, b.random_constant("mask", {1, 8, 1, 7, 7})})}));
+  const Graph& g = b.graph();
+  expect_like_reference(g, "normalization over the last axis, a 5-D mask");
+  std::unique_ptr<Kernel> kernel = onednn::compile_region(g);
+  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(kernel.get());
+  ASSERT_NE(program, nullptr);
+  const std::vector<std::string> impls = program->program().implementations();
+  EXPECT_GE(impls.size(), 3u);
+  for (const std::string& impl : impls) EXPECT_FALSE(onednn::is_reference_impl(impl)) << impl;
 }
 
 TEST(OnednnGraphBackend, ConcatOnOtherAxesAndOfRegionInputs) {

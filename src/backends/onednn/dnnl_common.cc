@@ -22,8 +22,8 @@ std::string backend_version() {
   // Part of every cost key: a change to how kernels run re-measures them. 6: a program's
   // rewritten buffers share one arena (Program::finalize). 7: regions run independent
   // steps in concurrent stages where measured faster (program_lanes.cc); 8: stages judged
-  // inside whole runs.
-  constexpr int kKernelRevision = 8;
+  // inside whole runs. 9: binary broadcasts over merged dimensions (eltwise_kernel.cc).
+  constexpr int kKernelRevision = 9;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
@@ -116,6 +116,17 @@ dnnl::memory Program::rewritten_buffer(const dnnl::memory::desc& md) {
   buffers_.push_back(m);
   rewritten_.push_back(m);
   return m;
+}
+
+std::vector<std::string> Program::implementations() const {
+  std::vector<std::string> out;
+  for (const Step& step : steps_) {
+    const char* info = nullptr;
+    dnnl_primitive_desc_query(step.primitive.get_primitive_desc(), dnnl_query_impl_info_str, 0,
+                              &info);
+    out.emplace_back(info ? info : "");
+  }
+  return out;
 }
 
 size_t Program::rewritten_bytes() const {

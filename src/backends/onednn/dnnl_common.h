@@ -36,8 +36,9 @@ std::string library_version();  // "2.6.3"
 // Split, Transpose, channel shuffle, Pad, spatial reductions) in kernels and regions, which
 // refused them before; a pool's full-shape post-op operand read in its output's layout.
 // r4: onednn-graph regions run a 1x1 conv and the depthwise conv after it as one primitive.
-// r6: buffer reuse; r7, r8: concurrent stages inside regions.
-std::string backend_version();  // "2.6.3+r8"
+// r6: buffer reuse; r7, r8: concurrent stages inside regions. r9: broadcasts over merged
+// dimensions where oneDNN runs the given shape in its reference loop.
+std::string backend_version();  // "2.6.3+r9"
 std::string effective_isa();    // e.g. "avx512_core_bf16"
 
 // A rank-0 shape becomes {1}: oneDNN has no scalars.
@@ -123,6 +124,9 @@ class Program {
   size_t arena_bytes() const { return arena_ ? arena_.get_desc().get_size() : 0; }
   // After finalize(): the stages run with lanes (0: every step one after another).
   int concurrent_stages() const;
+  // Each step's oneDNN implementation ("jit:uni", "ref:any", ...), in program order: what a
+  // test checks to know a kernel did not fall back to oneDNN's reference loops.
+  std::vector<std::string> implementations() const;
 
  private:
   struct Step {
