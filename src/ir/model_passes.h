@@ -22,9 +22,11 @@ using DeclaredTypes = std::vector<DeclaredType>;
 // are compared only when `check_dims` (inputs were not given other shapes).
 void check_declared_types(const Graph& graph, const DeclaredTypes& declared, bool check_dims);
 
-// Removes the nodes that compute nothing (Identity, Dropout at inference: the only Dropout
-// shape inference lets through) by reading their input instead, unless their output is a
-// graph output. A fast backend then never meets them between the ops it fuses.
+// Removes the nodes that hand their input on unchanged by reading the input instead, unless
+// their output is a graph output: Identity, Dropout at inference (the only Dropout shape
+// inference lets through) with its mask unread, a Pad of zeros, an identity Transpose, a
+// one-input Concat, a Cast to the same type, and a Slice, Reshape or Expand to the input's
+// own shape. A fast backend then never meets them between the ops it fuses.
 void remove_identities(Graph& graph);
 
 // Replaces each Einsum it can with Transpose/Reshape/MatMul/ReduceSum nodes computing it

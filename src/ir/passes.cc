@@ -300,6 +300,59 @@ void remove_dead_code(Graph& graph) {
   graph.prune(remove);
 }
 
+namespace {
+
+// All of `v`'s values are zero (a constant), or none are given.
+bool all_zero(const Graph& graph, ValueId v) {
+  if (v == kNoValue) return true;
+  if (!graph.value(v).is_constant()) return false;
+  const std::vector<int64_t> values = graph.value(v).constant.to_int_vector();
+  return std::all_of(values.begin(), values.end(), [](int64_t x) { return x == 0; });
+}
+
+// Whether `node` hands its first input on unchanged: Identity; Dropout at inference (its
+// shape function refuses every other form) with its mask unread; and ops whose attributes
+// or constant inputs make them copies (a Pad of zeros, an identity Transpose, a Slice,
+// Reshape or Expand to the input's own shape, a one-input Concat, a Cast to the same type).
+bool hands_input_on(const Graph& graph, const Node& node, const std::vector<bool>& read) {
+  if (!node.domain.empty() || node.inputs.empty() || node.inputs[0] == kNoValue ||
+      node.outputs.empty() || node.outputs[0] == kNoValue)
+    return false;
+  for (size_t i = 1; i < node.outputs.size(); ++i)
+    if (node.outputs[i] != kNoValue && read[node.outputs[i]]) return false;
+  const Value& in = graph.value(node.inputs[0]);
+  const Value& out = graph.value(node.outputs[0]);
+  if (!in.shape_known || !out.shape_known || in.shape != out.shape || in.dtype != out.dtype)
+    return false;
+  const std::string& t = node.op_type;
+  if (t == "Identity" || t == "Dropout" || t == "Reshape" || t == "Flatten" || t == "Squeeze" ||
+      t == "Unsqueeze" || t == "Expand" || t == "Cast")
+    return true;
+  if (t == "Concat") return node.inputs.size() == 1;
+  if (t == "Pad") {
+    if (!node.has_attr("pads")) return all_zero(graph, node.input(1));  // opset 11+: an input
+    const std::vector<int64_t> pads = node.attr_ints("pads");
+    return std::all_of(pads.begin(), pads.end(), [](int64_t x) { return x == 0; });
+  }
+  if (t == "Transpose") {
+    const std::vector<int64_t> perm = node.attr_ints("perm");
+    for (size_t d = 0; d < perm.size(); ++d)
+      if (perm[d] != static_cast<int64_t>(d)) return false;
+    return !perm.empty() || in.shape.size() <= 1;
+  }
+  if (t == "Slice") {
+    // Same shape and forward steps: every element, in order (opset 10+: steps an input).
+    const ValueId steps = node.input(4);
+    if (steps == kNoValue) return true;
+    if (!graph.value(steps).is_constant()) return false;
+    const std::vector<int64_t> values = graph.value(steps).constant.to_int_vector();
+    return std::all_of(values.begin(), values.end(), [](int64_t x) { return x > 0; });
+  }
+  return false;
+}
+
+}  // namespace
+
 void remove_identities(Graph& graph) {
   // A graph output keeps its producer: its name is the output's.
   std::vector<bool> leaves(graph.num_values(), false), read(graph.num_values(), false);
@@ -315,16 +368,7 @@ void remove_identities(Graph& graph) {
     Node& node = graph.node(static_cast<NodeId>(i));
     for (ValueId& v : node.inputs)
       if (v != kNoValue) v = same[v];
-    // Dropout's shape function refuses every form that is not the identity (a random
-    // training-mode one); its mask, when read, still needs the node.
-    const bool no_op =
-        node.domain.empty() &&
-        (node.op_type == "Identity" ||
-         (node.op_type == "Dropout" &&
-          (node.outputs.size() < 2 || node.outputs[1] == kNoValue || !read[node.outputs[1]])));
-    if (!no_op || node.inputs.empty() || node.inputs[0] == kNoValue || node.outputs.empty() ||
-        node.outputs[0] == kNoValue || leaves[node.outputs[0]])
-      continue;
+    if (!hands_input_on(graph, node, read) || leaves[node.outputs[0]]) continue;
     same[node.outputs[0]] = node.inputs[0];
     remove[i] = true;
     any = true;
