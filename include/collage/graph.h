@@ -41,6 +41,12 @@ struct Attribute {
   std::vector<float> floats;
   std::vector<int64_t> ints;
   std::vector<std::string> strings;
+
+  // Typed attributes, for graphs built in code (the model zoo, import rewrites, fused groups).
+  static Attribute from_int(int64_t v);
+  static Attribute from_ints(std::vector<int64_t> v);
+  static Attribute from_float(float v);
+  static Attribute from_string(std::string v);
 };
 
 struct Node {

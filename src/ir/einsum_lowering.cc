@@ -98,19 +98,6 @@ class EinsumLowering {
     return graph_.add_constant(fmt::format("{}/{}_{}", name_, what, count_++), std::move(t));
   }
 
-  static Attribute ints(std::vector<int64_t> values) {
-    Attribute a;
-    a.type = Attribute::Type::kInts;
-    a.ints = std::move(values);
-    return a;
-  }
-  static Attribute integer(int64_t value) {
-    Attribute a;
-    a.type = Attribute::Type::kInt;
-    a.i = value;
-    return a;
-  }
-
   // `x` summed over its labels not in `keep`.
   Operand reduce_to(const Operand& x, const std::vector<int>& keep) {
     std::vector<int64_t> axes;
@@ -125,8 +112,10 @@ class EinsumLowering {
     // Opset 13 moved ReduceSum's axes from an attribute to an input.
     const ValueId y =
         graph_.opset >= 13
-            ? add("ReduceSum", {x.value, int64_constant("axes", axes)}, {{"keepdims", integer(0)}})
-            : add("ReduceSum", {x.value}, {{"axes", ints(axes)}, {"keepdims", integer(0)}});
+            ? add("ReduceSum", {x.value, int64_constant("axes", axes)},
+                  {{"keepdims", Attribute::from_int(0)}})
+            : add("ReduceSum", {x.value},
+                  {{"axes", Attribute::from_ints(axes)}, {"keepdims", Attribute::from_int(0)}});
     return {y, rest};
   }
 
@@ -136,7 +125,7 @@ class EinsumLowering {
     std::vector<int64_t> perm;
     for (int label : labels)
       perm.push_back(std::find(x.labels.begin(), x.labels.end(), label) - x.labels.begin());
-    return {add("Transpose", {x.value}, {{"perm", ints(perm)}}), labels};
+    return {add("Transpose", {x.value}, {{"perm", Attribute::from_ints(perm)}}), labels};
   }
 
   ValueId reshape(ValueId x, const std::vector<int64_t>& dims) {

@@ -18,6 +18,34 @@ const Attribute* find_attr(const Node& n, const std::string& key, Attribute::Typ
 
 }  // namespace
 
+Attribute Attribute::from_int(int64_t v) {
+  Attribute a;
+  a.type = Type::kInt;
+  a.i = v;
+  return a;
+}
+
+Attribute Attribute::from_ints(std::vector<int64_t> v) {
+  Attribute a;
+  a.type = Type::kInts;
+  a.ints = std::move(v);
+  return a;
+}
+
+Attribute Attribute::from_float(float v) {
+  Attribute a;
+  a.type = Type::kFloat;
+  a.f = v;
+  return a;
+}
+
+Attribute Attribute::from_string(std::string v) {
+  Attribute a;
+  a.type = Type::kString;
+  a.s = std::move(v);
+  return a;
+}
+
 int64_t Node::attr_int(const std::string& key, int64_t def) const {
   const Attribute* a = find_attr(*this, key, Attribute::Type::kInt);
   return a ? a->i : def;

@@ -7,31 +7,19 @@
 namespace collage::models {
 
 Attribute int_attr(int64_t v) {
-  Attribute a;
-  a.type = Attribute::Type::kInt;
-  a.i = v;
-  return a;
+  return Attribute::from_int(v);
 }
 
 Attribute ints_attr(std::vector<int64_t> v) {
-  Attribute a;
-  a.type = Attribute::Type::kInts;
-  a.ints = std::move(v);
-  return a;
+  return Attribute::from_ints(std::move(v));
 }
 
 Attribute float_attr(float v) {
-  Attribute a;
-  a.type = Attribute::Type::kFloat;
-  a.f = v;
-  return a;
+  return Attribute::from_float(v);
 }
 
 Attribute string_attr(std::string v) {
-  Attribute a;
-  a.type = Attribute::Type::kString;
-  a.s = std::move(v);
-  return a;
+  return Attribute::from_string(std::move(v));
 }
 
 uint64_t Rng::next() {

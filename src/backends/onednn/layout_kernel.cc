@@ -498,16 +498,9 @@ Graph fold_pads(const Graph& region) {
         pads[k] += s->begin[k + 2];
         pads[k + nd] += s->end[k + 2];
       }
-      Attribute a;
-      a.type = Attribute::Type::kInts;
-      a.ints = pads;
-      reader.attrs["pads"] = a;
-      if (reader.op_type == "AveragePool") {
-        Attribute include;
-        include.type = Attribute::Type::kInt;
-        include.i = 1;
-        reader.attrs["count_include_pad"] = include;
-      }
+      reader.attrs["pads"] = Attribute::from_ints(pads);
+      if (reader.op_type == "AveragePool")
+        reader.attrs["count_include_pad"] = Attribute::from_int(1);
       reader.inputs[0] = pad.input(0);
     }
     folded[i] = true;
