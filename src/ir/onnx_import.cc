@@ -367,8 +367,8 @@ Graph load_impl(const std::string& bytes, const std::string& base_dir, const Loa
     infer_shapes(graph, options);
     check_declared_types(graph, declared, /*check_dims=*/!importer.inputs_reshaped());
     if (options.optimize) {
-      remove_identities(graph);
       lower_einsum(graph);
+      remove_identities(graph);  // also what the lowering leaves ("ij->ij": an Identity)
       fold_constants(graph, options);
       remove_dead_code(graph);
     } else {
