@@ -36,12 +36,10 @@ void infer_einsum(InferContext& ctx) {
 // labels (a repeated label walks a diagonal), 0 where the operand broadcasts it.
 std::vector<int64_t> label_strides(const std::vector<int>& labels, const Shape& shape,
                                    int num_labels) {
+  const std::vector<int64_t> dim_strides = shape_strides(shape);
   std::vector<int64_t> strides(static_cast<size_t>(num_labels), 0);
-  int64_t stride = 1;
-  for (size_t d = labels.size(); d-- > 0;) {
-    if (shape[d] != 1) strides[labels[d]] += stride;
-    stride *= shape[d];
-  }
+  for (size_t d = 0; d < labels.size(); ++d)
+    if (shape[d] != 1) strides[labels[d]] += dim_strides[d];
   return strides;
 }
 
