@@ -216,6 +216,13 @@ class Tuner {
     return best;
   }
 
+  // A runner-up of the graph-level search: its complete placement and the schedule chosen for
+  // it (once: it names the plan's cost-DB key and becomes the contender).
+  struct RunnerUp {
+    Placement placement;
+    ScheduledPlan scheduled;
+  };
+
   // The runner-ups of the search (runner_up_genomes) as complete placements that are plans
   // of their own (genomes that decode to the same plan, by its cost-DB key, are one), at
   // most kRunnersUp: the final comparison times them beside the best. A fitness is the
@@ -223,24 +230,25 @@ class Tuner {
   // GoogLeNet's winner had 9.18 ms there and 10.41 side by side, and ran 8 % slower alone
   // than the plan an earlier tune had kept.
   template <typename Decode>
-  std::vector<Placement> runners_up(const std::vector<std::pair<double, Genome>>& evaluated,
-                                    const EvolutionResult& r, const Decode& decode,
-                                    const Placement& best) {
+  std::vector<RunnerUp> runners_up(const std::vector<std::pair<double, Genome>>& evaluated,
+                                   const EvolutionResult& r, const Decode& decode,
+                                   const Placement& best) {
     constexpr size_t kRunnersUp = 2;
     constexpr double kRunnerUpMargin = 1.10;
-    auto plan_key = [&](const Placement& placement) {
-      const ScheduledPlan scheduled = schedule_of(placement);
+    auto plan_key = [&](const ScheduledPlan& scheduled) {
       return plan_record_key(graph_, scheduled.placement, scheduled.text(), kPlanSideBySideRecord,
                              machine_)
           .key;
     };
-    std::set<std::string> seen = {plan_key(complete_placement(graph_, best, threads_))};
-    std::vector<Placement> out;
+    std::set<std::string> seen = {
+        plan_key(schedule_of(complete_placement(graph_, best, threads_)))};
+    std::vector<RunnerUp> out;
     for (const Genome& genome :
          runner_up_genomes(evaluated, r.best, r.best_fitness, kRunnerUpMargin)) {
       if (out.size() == kRunnersUp) break;
-      Placement placement = complete_placement(graph_, decode(genome), threads_);
-      if (seen.insert(plan_key(placement)).second) out.push_back(std::move(placement));
+      RunnerUp runner{complete_placement(graph_, decode(genome), threads_), {}};
+      runner.scheduled = schedule_of(runner.placement);
+      if (seen.insert(plan_key(runner.scheduled)).second) out.push_back(std::move(runner));
     }
     return out;
   }
@@ -304,11 +312,10 @@ class Tuner {
                             std::numeric_limits<double>::quiet_NaN()});
     }
     for (size_t i = 0; i < runners_up_.size(); ++i) {
-      Placement completed = runners_up_[i];
-      ScheduledPlan runner = schedule_of(completed);
+      ScheduledPlan& runner = runners_up_[i].scheduled;
       const bool concurrent = runner.concurrent();
       Contender c{fmt::format("tuned#{}", i + 2),
-                  concurrent ? std::move(runner.placement) : std::move(completed),
+                  concurrent ? std::move(runner.placement) : std::move(runners_up_[i].placement),
                   {},
                   {},
                   {},
@@ -459,7 +466,7 @@ class Tuner {
   MeasuredCosts costs_;
   ConfirmedCosts confirmed_{costs_};
   std::vector<Candidate> candidates_;
-  std::vector<Placement> runners_up_;  // of the graph-level search, complete, best first
+  std::vector<RunnerUp> runners_up_;  // best first
   std::map<std::tuple<const Backend*, std::string, int, std::vector<NodeId>>,
            std::shared_ptr<Kernel>>
       kernels_;
