@@ -26,6 +26,10 @@ using Clock = std::chrono::steady_clock;
 constexpr double kSlowKernelMs = 20;
 // Most samples taken with an eviction before each (see time_kernel).
 constexpr int kEvictedSamples = 15;
+// The time a candidate's evictions may take, which bounds its evicted samples further (to no
+// fewer than MeasureOptions::min_repeats): a 512 MiB eviction reads for ~22 ms here, and 15
+// of them per candidate took GPT-2's cold tune from ~2 to 8 minutes.
+constexpr double kEvictionBudgetMs = 100;
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -39,15 +43,18 @@ std::vector<Tensor> allocate_outputs(const Graph& g) {
 
 }  // namespace
 
-size_t cache_pressure_bytes(const Graph& model) {
-  constexpr size_t kMiB = size_t{1} << 20, kCap = 64 * kMiB;
+size_t cache_pressure_bytes(const Graph& model, size_t last_level_cache_bytes) {
+  constexpr size_t kMiB = size_t{1} << 20;
   size_t bytes = 0;
   for (size_t v = 0; v < model.num_values(); ++v)
     if (model.value(static_cast<ValueId>(v)).is_constant())
       bytes += model.value(static_cast<ValueId>(v)).constant.nbytes();
   if (bytes < kMiB) return 0;
+  size_t cap = 64 * kMiB;
+  if (last_level_cache_bytes && 2 * bytes > last_level_cache_bytes)
+    while (cap < 2 * last_level_cache_bytes) cap *= 2;
   size_t rounded = kMiB;
-  while (rounded < bytes && rounded < kCap) rounded *= 2;
+  while (rounded < bytes && rounded < cap) rounded *= 2;
   return rounded;
 }
 
@@ -75,6 +82,15 @@ Measurer::Measurer(CostDb* db, Hardware machine, MeasureOptions options)
     : db_(db), hardware_(std::move(machine)), options_(options) {
   // Allocated and written once: first touches of fresh pages are slow and would be timed.
   eviction_buffer_.assign(options_.evict_bytes, 1);
+  if (!eviction_buffer_.empty()) {
+    // Timed once, after a first pass: how many evicted samples a candidate can afford.
+    evict_caches({}, {});
+    auto t0 = Clock::now();
+    evict_caches({}, {});
+    const double evict_ms = ms_since(t0);
+    evicted_samples_ = std::clamp(static_cast<int>(kEvictionBudgetMs / std::max(evict_ms, 1e-3)),
+                                  std::min(options_.min_repeats, kEvictedSamples), kEvictedSamples);
+  }
 }
 
 void Measurer::evict_caches(const std::vector<Tensor>& inputs,
@@ -218,7 +234,7 @@ double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
     // Runs after an eviction scatter more (DRAM, page walks) and rarely reach the spread
     // target; past kEvictedSamples more samples only move the median by noise, while each
     // costs an eviction too (a cold ResNet-50 tune took 3x as long without this cap).
-    if (evict && static_cast<int>(samples.size()) >= kEvictedSamples) break;
+    if (evict && static_cast<int>(samples.size()) >= evicted_samples_) break;
     if (static_cast<int>(samples.size()) >= needed) {
       std::vector<double> sorted = samples;
       std::sort(sorted.begin(), sorted.end());

@@ -14,6 +14,7 @@
 #include "plan/hardware.h"
 #include "runtime/candidate.h"
 #include "search/cost_db.h"
+#include "util/cpu_info.h"
 
 namespace collage {
 
@@ -39,11 +40,23 @@ struct MeasureOptions {
 
 // The eviction that makes a candidate's timing match its life inside `model`: the model's
 // constant bytes (the traffic between two calls of one kernel), rounded up to a power of
-// two MiB so that models of similar size share costs, capped at 64 MiB (more than the
-// last-level cache two cores share); 0 below 1 MiB (the whole model stays in cache).
+// two MiB so that models of similar size share costs; 0 below 1 MiB (the whole model stays
+// in cache). Capped at 64 MiB (past the private caches) while the model fits in half the
+// `last_level_cache_bytes` (64 MiB is then all it takes: the last level keeps the model
+// between runs, as it does in the model); for a bigger model, at twice the last level
+// (rounded up alike), which evicts it (one pass of just the capacity leaves part of the old
+// lines in a cache that is not strictly LRU; half, because activations, other processes
+// and an imperfect replacement share it). 0 = unknown: 64 MiB.
 // Measured here, predicted vs in-model: BERT-base -20% back to back, -6% with eviction;
-// MobileNetV2's onednn-graph plan -22% and +2%.
-size_t cache_pressure_bytes(const Graph& model);
+// MobileNetV2's onednn-graph plan -22% and +2%. The cap was a fixed 64 MiB until a machine
+// with a 480 MiB L3 (Xeon, 2 cores of it lent): 64 MiB is read from L3 there (1.4 ms, 45
+// GB/s; 512 MiB: 22 ms) and evicted nothing, so GPT-2's kernels (~500 MB of weights) ran
+// 1.23x slower in the model than alone and its onednn plan's prediction was 15 % low;
+// with 512 MiB read, +0.5 %; BERT-base's (440 MB) -12 % and -5.8 %. Inception-v3's (95 MB)
+// cold tune took 385 s instead of 265 with 128 MiB read, to the same prediction: hence
+// 64 MiB for models the last level holds.
+size_t cache_pressure_bytes(const Graph& model,
+                            size_t last_level_cache_bytes = this_cpu().last_level_cache_bytes);
 
 struct MeasureResult {
   CostRecord record;
@@ -107,6 +120,7 @@ class Measurer {
   std::map<std::string, std::vector<Tensor>> reference_cache_;  // by canonical text
   IsolatedWorker* isolated_ = nullptr;
   std::vector<unsigned char> eviction_buffer_;  // options_.evict_bytes, touched once
+  int evicted_samples_ = 0;                     // most samples with an eviction before each
 };
 
 // The fixed cost of one executor step on this machine (dispatch, argument passing), in

@@ -257,13 +257,24 @@ Graph with_constant_bytes(size_t bytes) {
   return g;
 }
 
-TEST(CachePressure, FollowsTheModelsConstantBytes) {
+TEST(CachePressure, FollowsTheModelsConstantBytesAndEvictsTheLastLevelOnlyWhenItIsSmaller) {
   constexpr size_t kMiB = size_t{1} << 20;
-  EXPECT_EQ(cache_pressure_bytes(chain(3)), 0u);
-  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(kMiB / 2)), 0u);
-  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(3 * kMiB)), 4 * kMiB);
-  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(16 * kMiB)), 16 * kMiB);
-  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(100 * kMiB)), 64 * kMiB);
+  const size_t l3 = 32 * kMiB;
+  EXPECT_EQ(cache_pressure_bytes(chain(3), l3), 0u);
+  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(kMiB / 2), l3), 0u);
+  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(3 * kMiB), l3), 4 * kMiB);
+  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(16 * kMiB), l3), 16 * kMiB);
+  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(100 * kMiB), l3), 64 * kMiB);
+  // A 480 MiB L3 (a Xeon this ran on): a 500 MB model's weights are evicted with 512 MiB,
+  // not kept in L3 by a 64 MiB read.
+  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(500 * kMiB), 480 * kMiB), 512 * kMiB);
+  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(200 * kMiB), 48 * kMiB), 128 * kMiB);
+  // A model in under half the last level: past the private caches is enough; in over half,
+  // the last level is evicted too.
+  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(100 * kMiB), 480 * kMiB), 64 * kMiB);
+  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(100 * kMiB), 160 * kMiB), 128 * kMiB);
+  // Unknown: the old fixed cap.
+  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(500 * kMiB), 0), 64 * kMiB);
 }
 
 TEST_F(CostDbTest, CostsTimedWithEvictionAreTheirOwnRecords) {
