@@ -55,8 +55,10 @@ class MeasuredCosts : public CostModel {
   // the search keeps the one whose sample came out lowest, so the chosen costs are biased
   // low (ResNet-50 here: 24.8 ms chosen, 26.8 ms end to end); a second sample of just the
   // winners is not. Kept in the cost DB (kConfirmationRecord), so a warm re-tune measures
-  // nothing again.
+  // nothing again. Where the two samples disagree by over kConfirmationAgreement, a third
+  // is taken and the median of the three kept.
   double confirmed_cost_ms(const Candidate& candidate);
+  static constexpr double kConfirmationAgreement = 2.0;
   double step_overhead_ms() override;
   double stage_overhead_ms() override;
   // Measured once per device, direction and size, kept in the cost DB.
