@@ -288,7 +288,8 @@ double MeasuredCosts::confirmed_cost_ms(const Candidate& candidate) {
   // 0.193.
   const double low = std::min(first_ms, second.milliseconds);
   const double high = std::max(first_ms, second.milliseconds);
-  if (high <= kConfirmationAgreement * low) return confirmed_memo_[memo] = second.milliseconds;
+  if (high <= kConfirmationAgreement * low || high - low <= kConfirmationMinGapMs)
+    return confirmed_memo_[memo] = second.milliseconds;
   const CostRecord third = sample("confirmation 2");
   if (!third.ok) return confirmed_memo_[memo] = second.milliseconds;
   return confirmed_memo_[memo] = std::clamp(third.milliseconds, low, high);

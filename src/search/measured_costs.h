@@ -55,10 +55,12 @@ class MeasuredCosts : public CostModel {
   // the search keeps the one whose sample came out lowest, so the chosen costs are biased
   // low (ResNet-50 here: 24.8 ms chosen, 26.8 ms end to end); a second sample of just the
   // winners is not. Kept in the cost DB (kConfirmationRecord), so a warm re-tune measures
-  // nothing again. Where the two samples disagree by over kConfirmationAgreement, a third
-  // is taken and the median of the three kept.
+  // nothing again. Where the two samples disagree by over kConfirmationAgreement and by
+  // more than kConfirmationMinGapMs (microsecond kernels scatter by 2x routinely, and such
+  // gaps move no prediction), a third is taken and the median of the three kept.
   double confirmed_cost_ms(const Candidate& candidate);
   static constexpr double kConfirmationAgreement = 2.0;
+  static constexpr double kConfirmationMinGapMs = 0.02;
   double step_overhead_ms() override;
   double stage_overhead_ms() override;
   // Measured once per device, direction and size, kept in the cost DB.

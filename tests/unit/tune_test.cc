@@ -95,9 +95,9 @@ TEST(Tune, PlanCoversGraphRunsCorrectlyAndReusesCosts) {
 // Where candidates cost about the same, the search keeps the one whose sample came out
 // lowest; the written prediction must come from a second measurement of the winners, not
 // from the samples the choice was made by. A DB whose kernel costs are all 1.5x too low (a
-// search fed only lucky samples) must not change the prediction of a warm re-tune. Samples
-// 1000x apart (one of them timed while something else held the cores) are settled by a
-// third, the median of the three kept.
+// search fed only lucky samples) must not change the prediction of a warm re-tune. A
+// confirmation 1000x off (timed while something else held the cores) is settled by a third
+// sample, the median of the three kept.
 TEST(Tune, ThePredictionTakesConfirmedCostsNotTheSamplesTheChoiceWasMadeBy) {
   TempCostDb db("tune_confirm");
   Graph g = small_cnn();
@@ -152,17 +152,17 @@ TEST(Tune, ThePredictionTakesConfirmedCostsNotTheSamplesTheChoiceWasMadeBy) {
   // Samples that agree within 2x: no third was taken.
   EXPECT_EQ(count(thirds), 0);
 
-  // 1000x apart: every group gets a third sample and keeps the median, which is never above
-  // the confirmation nor below the first sample.
-  scale_samples("1000");
+  // Confirmations 1000x too high (timed while something else held the cores): every group
+  // gets a third sample, and the median of the three is not the outlier.
+  const std::string spoil_confirmations =
+      "UPDATE costs SET cost_ms = cost_ms * 1000 WHERE backend = 'confirmation' AND ok = 1";
+  ASSERT_EQ(sqlite3_exec(sql, spoil_confirmations.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
   TuneResult third = tune(g, options);
   EXPECT_EQ(third.winner, first.winner);
   EXPECT_GE(count(thirds), 1);
   ASSERT_EQ(third.plan.groups.size(), first.plan.groups.size());
-  for (size_t i = 0; i < first.plan.groups.size(); ++i) {
-    EXPECT_LE(third.plan.groups[i].cost_ms, first.plan.groups[i].cost_ms) << i;
-    EXPECT_GE(third.plan.groups[i].cost_ms, first.plan.groups[i].cost_ms / 1500 / 2) << i;
-  }
+  for (size_t i = 0; i < first.plan.groups.size(); ++i)
+    EXPECT_LE(third.plan.groups[i].cost_ms, 10 * first.plan.groups[i].cost_ms) << i;
   sqlite3_close(sql);
 }
 
