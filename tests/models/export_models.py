@@ -152,6 +152,44 @@ def einsum_model(opset):
     return build, opset, None
 
 
+class UNetBlock(torch.nn.Module):
+    """A two-level UNet with an FPN-style top-down sum, as segmentation and detection models
+    upsample: nearest x2 (PyTorch's default interpolate), bilinear x2 without aligned corners,
+    a skip connection concatenated and one added."""
+
+    def __init__(self, width=16):
+        super().__init__()
+        conv = lambda i, o, s=1: torch.nn.Sequential(  # noqa: E731
+            torch.nn.Conv2d(i, o, 3, s, 1), torch.nn.BatchNorm2d(o), torch.nn.ReLU())
+        self.enc1 = conv(3, width)
+        self.enc2 = conv(width, 2 * width, 2)
+        self.enc3 = conv(2 * width, 4 * width, 2)
+        self.lateral = torch.nn.Conv2d(2 * width, 4 * width, 1)
+        self.dec2 = conv(4 * width, 2 * width)
+        self.dec1 = conv(2 * width + width, width)
+        self.head = torch.nn.Conv2d(width, 5, 1)
+
+    def forward(self, x):
+        e1 = self.enc1(x)
+        e2 = self.enc2(e1)
+        e3 = self.enc3(e2)
+        top = torch.nn.functional.interpolate(e3, scale_factor=2.0, mode="nearest")
+        d2 = self.dec2(top + self.lateral(e2))
+        up = torch.nn.functional.interpolate(d2, scale_factor=2.0, mode="bilinear",
+                                             align_corners=False)
+        d1 = self.dec1(torch.cat([up, e1], dim=1))
+        return self.head(d1)
+
+
+def unet_model(opset):
+    def build():
+        model = UNetBlock()
+        randomize_batchnorm(model, torch.randn(4, 3, 48, 48))
+        return model.eval(), (torch.randn(1, 3, 48, 48),), ["image"], ["mask"]
+
+    return build, opset, None
+
+
 def randomize_layernorm(model):
     # LayerNorm defaults (weight 1, bias 0) would hide a kernel that drops the affine part.
     with torch.no_grad():
@@ -193,6 +231,7 @@ MODELS = {
     "bert_opset13": bert_model(13),
     "bert_opset17": bert_model(17),
     "einsum_block": einsum_model(13),
+    "unet_block": unet_model(13),
 }
 
 # Ops each export must (or must not) contain, so a silent change in the exporter cannot
@@ -204,6 +243,7 @@ REQUIRED_OPS = {
     "bert_opset13": {"Gather", "MatMul", "Softmax", "Erf", "ReduceMean", "Sqrt", "Tanh"},
     "bert_opset17": {"Gather", "MatMul", "Softmax", "Erf", "LayerNormalization", "Tanh"},
     "einsum_block": {"Einsum", "Softmax"},
+    "unet_block": {"Resize", "Conv", "Concat", "Add"},
 }
 FORBIDDEN_OPS = {
     "bert_opset13": {"LayerNormalization"},

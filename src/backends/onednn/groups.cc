@@ -48,6 +48,7 @@ const std::vector<Family>& families() {
        compile_pool,
        emit_pool,
        true},
+      {"resample", {"Resize", "Upsample"}, compile_resample, emit_resample, true},
       {"batch_norm", {"BatchNormalization"}, compile_norm, emit_batch_norm, false},
       // ReduceMean heads the exported LayerNorm decomposition.
       {"norm",
@@ -87,6 +88,7 @@ bool primitive_head(const Graph& g, const Node& n) {
            (n.input(2) == kNoValue || g.value(n.input(2)).is_constant());
   if (f->name == "matmul") return is_f32(g, n.input(1));
   if (n.op_type == "MaxPool") return n.outputs.size() == 1 || n.outputs[1] == kNoValue;
+  if (f->name == "resample") return resample_form(g, n).has_value();
   return true;
 }
 
@@ -104,10 +106,15 @@ bool elementwise_head(const Graph& g, const Node& n, ValueId* x) {
 std::vector<Match> grow_tails(const Graph& g) {
   const Consumers consumers = g.consumers();
   std::vector<Match> out;
-  auto grow = [&](std::vector<NodeId> region, ValueId cur, bool through_reshape = false) {
+  auto grow = [&](std::vector<NodeId> region, ValueId cur, bool through_reshape = false,
+                  bool eltwise_only = false) {
     for (int k = 0; k < kMaxTail; ++k) {
       std::optional<TailStep> step = next_tail_step(g, consumers, cur, through_reshape);
       if (!step) break;
+      if (eltwise_only && std::any_of(step->ops.begin(), step->ops.end(), [](const PostOp& op) {
+            return op.kind == PostOp::Kind::kBinary;
+          }))
+        break;
       region.insert(region.end(), step->nodes.begin(), step->nodes.end());
       cur = step->out;
       out.push_back(Match{sorted(region)});
@@ -116,8 +123,10 @@ std::vector<Match> grow_tails(const Graph& g) {
   for (size_t h = 0; h < g.num_nodes(); ++h) {
     const Node& n = g.node(static_cast<NodeId>(h));
     const bool matmul = n.op_type == "MatMul" || n.op_type == "Gemm";
+    // A resampling fuses eltwise post-ops only (emit_resample says why).
+    const Family* f = family_of(n.op_type);
     if (primitive_head(g, n) || elementwise_head(g, n))
-      grow({static_cast<NodeId>(h)}, n.outputs[0], matmul);
+      grow({static_cast<NodeId>(h)}, n.outputs[0], matmul, f && f->name == "resample");
     // A MatMul/Gemm reading a reshape of its A (and nothing else reading it): the reshape
     // joins the kernel as a view (emit_matmul).
     const ValueId a = n.input(0);

@@ -55,6 +55,12 @@ bool is_reshape_node(const Graph& graph, const Node& node);
 // Max/Average/GlobalMax/GlobalAverage pooling + tail.  pool_kernel.cc
 void emit_pool(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_pool(const Graph& subgraph);
+// Resize/Upsample (nearest or linear, spatial dims) + tail.  resample_kernel.cc
+// The resampling algorithm that computes node `n` exactly as ONNX defines it, or nullopt
+// (the forms it takes are listed in resample_kernel.cc).
+std::optional<dnnl::algorithm> resample_form(const Graph& g, const Node& n);
+void emit_resample(const Graph& subgraph, ValueMemories& values);
+std::unique_ptr<Kernel> compile_resample(const Graph& subgraph);
 // BatchNormalization (inference statistics, optional fused Relu).  norm_kernel.cc
 void emit_batch_norm(const Graph& subgraph, ValueMemories& values);
 // BatchNormalization (inference, optional Relu), LayerNormalization, Softmax/LogSoftmax,

@@ -94,6 +94,10 @@ class OnednnBackend : public Backend {
         {"MatMul", op("MatMul").where(head, "float32"), {}},
         {"Gemm", op("Gemm").where(head, "float32"), {}},
         {"Pool", op_in(family("pool").ops).where(head, "float32, no Indices"), {}},
+        {"Resize",
+         op_in(family("resample").ops)
+             .where(head, "float32, nearest (integer factors) or half-pixel linear"),
+         {}},
         {"BatchNormalization", op("BatchNormalization").where(f32, "float32"), {}},
         {"BatchNormalization+Relu",
          op("Relu", {op("BatchNormalization").where(f32, "float32")}),

@@ -1,0 +1,189 @@
+// Resize / Upsample on oneDNN's resampling primitive (resample_kernel.cc): every form it
+// claims against `reference` on randomized shapes and factors, jit or simple but never
+// oneDNN's reference loop, inside an onednn-graph region (blocked layouts) and with a
+// residual Add fused; the forms whose sampling rule differs from ONNX's are refused.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <string>
+
+#include "backend_test_util.h"
+#include "backends/onednn/dnnl_common.h"
+#include "backends/onednn/kernels.h"
+#include "backends/onednn/region_kernel.h"
+#include "collage/backend.h"
+#include "graph_builder.h"
+
+namespace collage {
+namespace {
+
+using testing::attr_s;
+using testing::GraphBuilder;
+using testing::has_match;
+using testing::pick;
+
+Backend& onednn() {
+  return BackendRegistry::global().get("onednn");
+}
+Backend& onednn_graph() {
+  return BackendRegistry::global().get("onednn-graph");
+}
+
+struct Form {
+  std::string mode, coord, nearest;
+};
+
+// Resize-13 of `x` by `factors` (spatial dims; N and C stay), by scales or by sizes.
+ValueId resize(GraphBuilder& b, ValueId x, const std::vector<float>& factors, const Form& form,
+               bool by_sizes) {
+  const Shape& in = b.graph().value(x).shape;
+  std::vector<float> scales = {1, 1};
+  std::vector<int64_t> sizes = {in[0], in[1]};
+  for (size_t k = 0; k < factors.size(); ++k) {
+    scales.push_back(factors[k]);
+    sizes.push_back(static_cast<int64_t>(factors[k] * static_cast<float>(in[k + 2])));
+  }
+  const int64_t rank = static_cast<int64_t>(in.size());
+  std::vector<ValueId> inputs = {x, kNoValue};
+  if (by_sizes) {
+    inputs.push_back(kNoValue);
+    inputs.push_back(b.constant("sizes", Tensor::from_vector<int64_t>({rank}, sizes)));
+  } else {
+    inputs.push_back(b.constant("scales", Tensor::from_vector<float>({rank}, scales)));
+  }
+  std::map<std::string, Attribute> attrs = {{"mode", attr_s(form.mode)},
+                                            {"coordinate_transformation_mode", attr_s(form.coord)}};
+  if (!form.nearest.empty()) attrs["nearest_mode"] = attr_s(form.nearest);
+  return b.add1("Resize", inputs, attrs);
+}
+
+// The kernel `backend` compiles for `g`, run against reference, and none of its primitives
+// oneDNN's reference implementation.
+void expect_fast_and_like_reference(Backend& backend, const Graph& g, const std::string& what) {
+  testing::expect_like_reference(backend, g, what);
+  std::unique_ptr<Kernel> kernel = backend.compile(g, testing::test_options());
+  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(kernel.get());
+  ASSERT_NE(program, nullptr) << what;
+  const std::vector<std::string> impls = program->program().implementations();
+  ASSERT_FALSE(impls.empty()) << what;
+  for (const std::string& impl : impls)
+    EXPECT_FALSE(onednn::is_reference_impl(impl)) << what << ": " << impl;
+}
+
+TEST(OnednnResample, ClaimedFormsComputeWhatReferenceDoes) {
+  const std::vector<Form> nearest = {{"nearest", "asymmetric", "floor"},
+                                     {"nearest", "half_pixel", "round_prefer_floor"},
+                                     {"nearest", "pytorch_half_pixel", "round_prefer_ceil"}};
+  const std::vector<Form> linear = {{"linear", "half_pixel", ""},
+                                    {"linear", "pytorch_half_pixel", ""}};
+  std::mt19937 rng(21);
+  for (int trial = 0; trial < 16; ++trial) {
+    const bool is_nearest = trial % 2 == 0;
+    const Form form =
+        is_nearest ? nearest[trial / 2 % nearest.size()] : linear[trial / 2 % linear.size()];
+    const int spatial = trial % 5 == 0 ? 1 : (trial % 7 == 0 ? 3 : 2);
+    Shape shape = {pick(rng, 1, 2), pick(rng, 3, 20)};
+    std::vector<float> factors;
+    for (int k = 0; k < spatial; ++k) {
+      shape.push_back(pick(rng, 2, 9));
+      // Integer factors for nearest; linear also takes 0.5 (downsampling even sizes) and 1.5.
+      float f = static_cast<float>(pick(rng, 1, 3));
+      if (!is_nearest && trial % 3 == 1) f = shape.back() % 2 == 0 ? 0.5f : 1.5f;
+      if (!is_nearest && f == 1.5f && shape.back() % 2 == 1) shape.back() += 1;
+      factors.push_back(f);
+    }
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, shape);
+    b.output(resize(b, x, factors, form, trial % 4 == 3));
+    const std::string what =
+        "trial " + std::to_string(trial) + ": " + form.mode + " " + form.coord + " " + form.nearest;
+    ASSERT_TRUE(onednn::resample_form(b.graph(), b.graph().node(0)).has_value()) << what;
+    ASSERT_TRUE(has_match(onednn(), b.graph(), {b.graph().outputs[0]})) << what;
+    expect_fast_and_like_reference(onednn(), b.graph(), what);
+  }
+}
+
+TEST(OnednnResample, LegacyUpsampleIsNearestFloor) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 6, 5, 7});
+  b.graph().opset = 9;
+  b.output(b.add1("Upsample",
+                  {x, b.constant("scales", Tensor::from_vector<float>({4}, {1, 1, 2, 3}))},
+                  {{"mode", attr_s("nearest")}}));
+  ASSERT_TRUE(onednn::resample_form(b.graph(), b.graph().node(0)).has_value());
+  expect_fast_and_like_reference(onednn(), b.graph(), "Upsample-9 x2, x3");
+}
+
+TEST(OnednnResample, FormsWithAnotherSamplingRuleAreRefused) {
+  const std::vector<std::pair<Form, std::vector<float>>> refused = {
+      {{"linear", "align_corners", ""}, {2, 2}},
+      {{"nearest", "asymmetric", "round_prefer_floor"}, {3, 3}},  // rounds o/3 up at 2/3
+      {{"nearest", "asymmetric", "floor"}, {1.5f, 2}},            // not an integer factor
+      {{"nearest", "half_pixel", "round_prefer_floor"}, {0.5f, 1}},
+      {{"cubic", "half_pixel", ""}, {2, 2}},
+  };
+  for (const auto& [form, factors] : refused) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 4, 6, 6});
+    ValueId y = resize(b, x, factors, form, false);
+    b.output(y);
+    const std::string what = form.mode + " " + form.coord + " " + form.nearest;
+    EXPECT_FALSE(onednn::resample_form(b.graph(), b.graph().node(0)).has_value()) << what;
+    EXPECT_FALSE(has_match(onednn(), b.graph(), {y})) << what;
+    testing::expect_unsupported(onednn(), b.graph(), what, "resampling");
+  }
+  // Channels resized: not a spatial resampling.
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 4, 6, 6});
+  ValueId y = b.add1(
+      "Resize", {x, kNoValue, b.constant("scales", Tensor::from_vector<float>({4}, {1, 2, 2, 2}))},
+      {{"mode", attr_s("nearest")}});
+  b.output(y);
+  EXPECT_FALSE(onednn::resample_form(b.graph(), b.graph().node(0)).has_value());
+}
+
+// A decoder step: conv, upsample x2, add the skip connection's conv, Relu. In one
+// onednn-graph region the upsampling reads and writes channels-last or blocked layouts, and
+// the Add is a primitive of its own (as a post-op oneDNN 2.6 computed it wrong there).
+TEST(OnednnResample, UpsamplingInsideARegionAndWithATail) {
+  for (const char* mode : {"nearest", "linear"}) {
+    GraphBuilder b;
+    ValueId deep = b.input("deep", DType::kFloat32, {1, 16, 7, 7});
+    ValueId skip = b.input("skip", DType::kFloat32, {1, 8, 14, 14});
+    auto conv = [&](ValueId v, int64_t cin, const std::string& name) {
+      return b.add1("Conv",
+                    {v, b.random_constant(name + "_w", {16, cin, 3, 3}),
+                     b.random_constant(name + "_b", {16})},
+                    {{"pads", testing::attr_ints({1, 1, 1, 1})}});
+    };
+    const Form form = std::string(mode) == "nearest" ? Form{"nearest", "asymmetric", "floor"}
+                                                     : Form{"linear", "pytorch_half_pixel", ""};
+    ValueId up = resize(b, conv(deep, 16, "deep"), {2, 2}, form, false);
+    ValueId sum = b.add1("Add", {up, conv(skip, 8, "skip")});
+    ValueId out = b.add1("Relu", {sum});
+    b.output(conv(out, 16, "head"));
+    expect_fast_and_like_reference(onednn_graph(), b.graph(), std::string(mode) + " region");
+
+    // On onednn alone: an eltwise tail is a post-op of the jit kernel; an addend is not
+    // (oneDNN 2.6's only resampling with a binary post-op read it in the wrong order), so
+    // Resize + Add is refused and the Add runs as a primitive of its own.
+    GraphBuilder t;
+    ValueId low = t.input("low", DType::kFloat32, {1, 16, 7, 7});
+    ValueId high = t.input("high", DType::kFloat32, {1, 16, 14, 14});
+    ValueId r = resize(t, low, {2, 2}, form, false);
+    ValueId relu = t.add1("Relu", {r});
+    t.output(t.add1("Add", {relu, high}));
+    ASSERT_TRUE(has_match(onednn(), t.graph(), {r, relu})) << mode;
+    expect_fast_and_like_reference(
+        onednn(),
+        extract_subgraph(t.graph(), {t.graph().value(r).producer, t.graph().value(relu).producer}),
+        std::string(mode) + " + Relu");
+    EXPECT_FALSE(has_match(onednn(), t.graph(), {r, relu, t.graph().outputs[0]})) << mode;
+    testing::expect_unsupported(onednn(), t.graph(), std::string(mode) + " + Relu + Add",
+                                "resampling");
+  }
+}
+
+}  // namespace
+}  // namespace collage
