@@ -212,6 +212,42 @@ TEST(OnednnGraphBackend, BroadcastsRunJitOverMergedDimensions) {
   for (const std::string& impl : impls) EXPECT_FALSE(onednn::is_reference_impl(impl)) << impl;
 }
 
+// A style-transfer residual block (conv, instance norm, Relu, conv, instance norm, Add) and
+// an old-style stem (conv, Relu, LRN, pool) each one region, in blocked layouts, with no
+// primitive on oneDNN's reference loops.
+TEST(OnednnGraphBackend, InstanceNormAndLrnInsideRegions) {
+  auto conv = [](GraphBuilder& b, ValueId v, int64_t cin, int64_t cout, const std::string& name) {
+    return b.add1("Conv",
+                  {v, b.random_constant(name + "_w", {cout, cin, 3, 3}),
+                   b.random_constant(name + "_b", {cout})},
+                  {{"pads", attr_ints({1, 1, 1, 1})}});
+  };
+  auto instance_norm = [](GraphBuilder& b, ValueId v, int64_t c, const std::string& name) {
+    return b.add1("InstanceNormalization", {v, b.random_constant(name + "_scale", {c}),
+                                            b.random_constant(name + "_bias", {c})});
+  };
+  GraphBuilder style;
+  ValueId x = style.input("x", DType::kFloat32, {1, 32, 12, 12});
+  ValueId h = style.add1("Relu", {instance_norm(style, conv(style, x, 32, 32, "c1"), 32, "n1")});
+  style.output(
+      style.add1("Add", {instance_norm(style, conv(style, h, 32, 32, "c2"), 32, "n2"), x}));
+  GraphBuilder stem;
+  ValueId image = stem.input("image", DType::kFloat32, {1, 3, 20, 20});
+  ValueId lrn = stem.add1("LRN", {stem.add1("Relu", {conv(stem, image, 3, 16, "c")})},
+                          {{"size", attr_i(5)}, {"alpha", testing::attr_f(1e-2f)}});
+  stem.output(stem.add1("MaxPool", {lrn},
+                        {{"kernel_shape", attr_ints({3, 3})}, {"strides", attr_ints({2, 2})}}));
+  for (GraphBuilder* b : {&style, &stem}) {
+    const Graph& g = b->graph();
+    expect_like_reference(g, "region");
+    std::unique_ptr<Kernel> kernel = onednn::compile_region(g);
+    const auto* program = dynamic_cast<const onednn::ProgramKernel*>(kernel.get());
+    ASSERT_NE(program, nullptr);
+    for (const std::string& impl : program->program().implementations())
+      EXPECT_FALSE(onednn::is_reference_impl(impl)) << impl;
+  }
+}
+
 TEST(OnednnGraphBackend, ConcatOnOtherAxesAndOfRegionInputs) {
   GraphBuilder b;
   ValueId x = b.input("x", DType::kFloat32, {2, 5, 6, 7});

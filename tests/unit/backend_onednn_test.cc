@@ -299,6 +299,54 @@ TEST(OnednnBackend, BatchNormalization) {
   }
 }
 
+// Every (n, c) plane normalized by its own statistics: batch normalization computing them,
+// with one image. Random scale and bias, 1-3 spatial dims, planes of 1 to 63 elements.
+TEST(OnednnBackend, InstanceNormalizationOfOneImage) {
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 6; ++trial) {
+    GraphBuilder b;
+    const int64_t c = pick(rng, 1, 19);
+    Shape shape = {1, c};
+    for (int k = 0; k < 1 + trial % 3; ++k) shape.push_back(pick(rng, 1, 9 - 2 * (trial % 3)));
+    ValueId x = b.input("x", DType::kFloat32, shape);
+    b.output(b.add1("InstanceNormalization",
+                    {x, b.random_constant("scale", {c}), b.random_constant("bias", {c})},
+                    {{"epsilon", attr_f(trial % 2 ? 1e-3f : 1e-5f)}}));
+    ASSERT_TRUE(has_match(onednn(), b.graph(), {b.graph().outputs[0]})) << trial;
+    expect_like_reference(b.graph(), "instance norm trial " + std::to_string(trial));
+  }
+  // Two images: their planes would share statistics in one batch normalization.
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {2, 3, 4, 4});
+  b.output(b.add1("InstanceNormalization",
+                  {x, b.random_constant("scale", {3}), b.random_constant("bias", {3})}));
+  EXPECT_FALSE(has_match(onednn(), b.graph(), {b.graph().outputs[0]}));
+  testing::expect_unsupported(onednn(), b.graph(), "instance norm of two images", "one image");
+}
+
+// Across channels, odd sizes (ONNX's window is then oneDNN's symmetric one).
+TEST(OnednnBackend, LrnAcrossChannels) {
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 6; ++trial) {
+    GraphBuilder b;
+    const int64_t size = 1 + 2 * pick(rng, 0, 3);
+    ValueId x =
+        b.input("x", DType::kFloat32, {1, pick(rng, 2, 24), pick(rng, 1, 9), pick(rng, 1, 9)});
+    b.output(b.add1("LRN", {x},
+                    {{"size", attr_i(size)},
+                     {"alpha", attr_f(trial % 2 ? 1e-4f : 0.3f)},
+                     {"beta", attr_f(trial % 3 ? 0.75f : 0.5f)},
+                     {"bias", attr_f(trial % 2 ? 1.0f : 2.0f)}}));
+    ASSERT_TRUE(has_match(onednn(), b.graph(), {b.graph().outputs[0]})) << trial;
+    expect_like_reference(b.graph(), "LRN size " + std::to_string(size));
+  }
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 8, 5, 5});
+  b.output(b.add1("LRN", {x}, {{"size", attr_i(4)}}));
+  EXPECT_FALSE(has_match(onednn(), b.graph(), {b.graph().outputs[0]}));
+  testing::expect_unsupported(onednn(), b.graph(), "LRN of an even size", "LRN of size 4");
+}
+
 TEST(OnednnBackend, LayerNormalizationOp) {
   for (int64_t axis : {-1, 1}) {
     GraphBuilder b;

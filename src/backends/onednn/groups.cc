@@ -50,6 +50,8 @@ const std::vector<Family>& families() {
        true},
       {"resample", {"Resize", "Upsample"}, compile_resample, emit_resample, true},
       {"batch_norm", {"BatchNormalization"}, compile_norm, emit_batch_norm, false},
+      {"instance_norm", {"InstanceNormalization"}, compile_norm, emit_instance_norm, false},
+      {"lrn", {"LRN"}, compile_norm, emit_lrn, false},
       // ReduceMean heads the exported LayerNorm decomposition.
       {"norm",
        {"LayerNormalization", "Softmax", "LogSoftmax", "ReduceMean"},

@@ -63,6 +63,9 @@ void emit_resample(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_resample(const Graph& subgraph);
 // BatchNormalization (inference statistics, optional fused Relu).  norm_kernel.cc
 void emit_batch_norm(const Graph& subgraph, ValueMemories& values);
+// InstanceNormalization of one image; LRN across channels of an odd size.  norm_kernel.cc
+void emit_instance_norm(const Graph& subgraph, ValueMemories& values);
+void emit_lrn(const Graph& subgraph, ValueMemories& values);
 // BatchNormalization (inference, optional Relu), LayerNormalization, Softmax/LogSoftmax,
 // and the exported LayerNorm decomposition.  norm_kernel.cc
 std::unique_ptr<Kernel> compile_norm(const Graph& subgraph);

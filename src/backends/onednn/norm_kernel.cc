@@ -1,4 +1,5 @@
 // Normalizations: BatchNormalization (inference statistics, optional fused Relu),
+// InstanceNormalization and LRN (any layout, inside regions too),
 // LayerNormalization (the op, and the ReduceMean/Sub/Pow/... decomposition opset-13
 // exporters emit), Softmax and LogSoftmax. All on row-major data.
 #include <algorithm>
@@ -86,6 +87,75 @@ void emit_batch_norm(const Graph& sub, ValueMemories& values) {
                {DNNL_ARG_MEAN, mean},
                {DNNL_ARG_VARIANCE, var}});
   values.produced(out, y_mem);
+}
+
+void emit_instance_norm(const Graph& sub, ValueMemories& values) {
+  // Batch normalization computing its own statistics per channel over batch and space: with
+  // one image those are each (n, c) plane's own, as InstanceNormalization defines them
+  // (population variance, like oneDNN's). More images stay on other backends.
+  const Node& node = sub.node(0);
+  if (sub.num_nodes() != 1)
+    fail(ErrorKind::kUnsupported, "onednn: InstanceNormalization fuses nothing");
+  const ValueId x = node.input(0), y = node.outputs[0];
+  require_f32(sub, x, "InstanceNormalization input");
+  const Shape& xs = sub.value(x).shape;
+  if (xs.size() < 3 || xs.size() > 5 || xs[0] != 1)
+    fail(ErrorKind::kUnsupported, "onednn: InstanceNormalization of {} (one image, rank 3-5)",
+         shape_to_string(xs));
+  if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: InstanceNormalization input");
+  Program& program = values.program();
+  const dnnl::memory x_mem = values.as_is(x, xs);
+  const dnnl::memory scale = channel_param(sub, node.input(1), xs[1], program, &values);
+  const dnnl::memory shift = channel_param(sub, node.input(2), xs[1], program, &values);
+  auto pd = create_pd("instance normalization", [&] {
+    return dnnl::batch_normalization_forward::primitive_desc(
+        dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference,
+                                                x_mem.get_desc(), node.attr_float("epsilon", 1e-5f),
+                                                flags::use_scale | flags::use_shift),
+        base_attr(), cpu_engine());
+  });
+  const dnnl::memory y_mem = values.destination(y, x_mem.get_desc());
+  std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_SRC, x_mem},
+                                                    {DNNL_ARG_DST, y_mem},
+                                                    {DNNL_ARG_SCALE, scale},
+                                                    {DNNL_ARG_SHIFT, shift}};
+  // The statistics it computes, where it writes them out: buffers the program owns.
+  for (int arg : {DNNL_ARG_MEAN, DNNL_ARG_VARIANCE}) {
+    const dnnl::memory::desc md = pd.query_md(dnnl::query::exec_arg_md, arg);
+    if (md.get_size() != 0) args.emplace_back(arg, program.buffer(md));
+  }
+  program.add(dnnl::batch_normalization_forward(pd), pd, std::move(args));
+  values.produced(y, y_mem);
+}
+
+void emit_lrn(const Graph& sub, ValueMemories& values) {
+  // Across channels, in the layout the input has. oneDNN's window is symmetric, ONNX's
+  // too for an odd size (floor and ceil of (size - 1) / 2 agree): even sizes are refused.
+  const Node& node = sub.node(0);
+  if (sub.num_nodes() != 1) fail(ErrorKind::kUnsupported, "onednn: LRN fuses nothing");
+  const ValueId x = node.input(0), y = node.outputs[0];
+  require_f32(sub, x, "LRN input");
+  const Shape& xs = sub.value(x).shape;
+  const int64_t size = node.attr_int("size", 0);
+  if (xs.size() < 3 || xs.size() > 5 || size <= 0 || size % 2 == 0)
+    fail(ErrorKind::kUnsupported, "onednn: LRN of size {} over rank {}", size, xs.size());
+  if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: LRN input");
+  dnnl::memory x_mem = values.as_is(x, xs);
+  auto pd = create_pd("lrn", [&] {
+    return dnnl::lrn_forward::primitive_desc(
+        dnnl::lrn_forward::desc(dnnl::prop_kind::forward_inference,
+                                dnnl::algorithm::lrn_across_channels, x_mem.get_desc(), size,
+                                node.attr_float("alpha", 1e-4f), node.attr_float("beta", 0.75f),
+                                node.attr_float("bias", 1.0f)),
+        base_attr(), cpu_engine());
+  });
+  Program& program = values.program();
+  dnnl::memory y_mem = values.destination(y, pd.dst_desc());
+  std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_SRC, x_mem}, {DNNL_ARG_DST, y_mem}};
+  if (pd.workspace_desc().get_size() != 0)
+    args.emplace_back(DNNL_ARG_WORKSPACE, program.buffer(pd.workspace_desc()));
+  program.add(dnnl::lrn_forward(pd), pd, std::move(args));
+  values.produced(y, y_mem);
 }
 
 namespace {
@@ -300,6 +370,8 @@ std::optional<LayerNormSpec> match_layer_norm(const Graph& g, const std::vector<
 std::unique_ptr<Kernel> compile_norm(const Graph& sub) {
   const std::string& type = sub.node(0).op_type;
   if (type == "BatchNormalization") return compile_group(sub, emit_batch_norm);
+  if (type == "InstanceNormalization") return compile_group(sub, emit_instance_norm);
+  if (type == "LRN") return compile_group(sub, emit_lrn);
   if (type == "LayerNormalization") return compile_layer_norm_op(sub);
   if (type == "Softmax" || type == "LogSoftmax") return compile_softmax(sub);
   if (type == "ReduceMean") return compile_layer_norm_decomposition(sub);

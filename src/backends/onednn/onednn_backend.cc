@@ -102,6 +102,11 @@ class OnednnBackend : public Backend {
         {"BatchNormalization+Relu",
          op("Relu", {op("BatchNormalization").where(f32, "float32")}),
          {}},
+        {"InstanceNormalization",
+         op("InstanceNormalization")
+             .where(region_node, "float32, one image, constant scale and bias"),
+         {}},
+        {"LRN", op("LRN").where(region_node, "float32, odd size"), {}},
         {"LayerNormalization", op("LayerNormalization").where(f32, "float32"), {}},
         {"Softmax", op_in({"Softmax", "LogSoftmax"}).where(f32, "float32"), {}},
         {"Eltwise", op_in(unary_ops()).where(elementwise, "float32, constant parameters"), {}},
