@@ -34,6 +34,10 @@ void remove_identities(Graph& graph);
 // shapes infer_shapes gives; fold_constants afterwards folds the constant operands' Transposes.
 void lower_einsum(Graph& graph);
 
+// Replaces each DepthToSpace/SpaceToDepth of a 4-D input of known shape with the Reshape ->
+// Transpose -> Reshape ONNX defines it by (space_depth_lowering.cc).
+void lower_space_depth(Graph& graph);
+
 // Drops the constants infer_shapes attached to node outputs, so every node computes its
 // outputs at run time (import without optimisation).
 void detach_folded_constants(Graph& graph);

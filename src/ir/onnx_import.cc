@@ -368,6 +368,7 @@ Graph load_impl(const std::string& bytes, const std::string& base_dir, const Loa
     check_declared_types(graph, declared, /*check_dims=*/!importer.inputs_reshaped());
     if (options.optimize) {
       lower_einsum(graph);
+      lower_space_depth(graph);
       remove_identities(graph);  // also what the lowering leaves ("ij->ij": an Identity)
       fold_constants(graph, options);
       remove_dead_code(graph);

@@ -1,0 +1,94 @@
+// DepthToSpace and SpaceToDepth lowered to Reshape -> Transpose -> Reshape, the three ops
+// ONNX defines them by: pure data movement that every fast backend already runs (onednn as
+// one reorder through permuted strides, in regions too; halide; torch), where the ops
+// themselves only had the reference kernel. PixelShuffle (super-resolution models' last
+// layer) exports as DepthToSpace in CRD mode, TensorFlow-born models use DCR and
+// SpaceToDepth.
+#include <fmt/format.h>
+
+#include "collage/op_registry.h"
+#include "ir/model_passes.h"
+
+namespace collage {
+namespace {
+
+// The three nodes replacing `node` (4-D input of known shape), the last writing its output.
+void lower_one(Graph& graph, const Node& node) {
+  const Shape& x = graph.value(node.input(0)).shape;
+  const int64_t n = x[0], c = x[1], h = x[2], w = x[3];
+  const int64_t bs = node.attr_int("blocksize", 0);
+  std::vector<int64_t> split, perm, merged;
+  if (node.op_type == "DepthToSpace") {
+    if (node.attr_string("mode", "DCR") == "CRD") {
+      split = {n, c / (bs * bs), bs, bs, h, w};
+      perm = {0, 1, 4, 2, 5, 3};
+    } else {
+      split = {n, bs, bs, c / (bs * bs), h, w};
+      perm = {0, 3, 4, 1, 5, 2};
+    }
+    merged = {n, c / (bs * bs), h * bs, w * bs};
+  } else {
+    split = {n, c, h / bs, bs, w / bs, bs};
+    perm = {0, 3, 5, 1, 2, 4};
+    merged = {n, c * bs * bs, h / bs, w / bs};
+  }
+  int count = 0;
+  auto add = [&](const std::string& op, std::vector<ValueId> inputs,
+                 std::map<std::string, Attribute> attrs, ValueId output) {
+    const std::string name = fmt::format("{}/{}_{}", node.name, op, count++);
+    Node lowered;
+    lowered.name = name;
+    lowered.op_type = op;
+    lowered.inputs = std::move(inputs);
+    lowered.attrs = std::move(attrs);
+    lowered.outputs = {output == kNoValue ? graph.add_value(name + ":0") : output};
+    const NodeId id = graph.add_node(std::move(lowered));
+    graph.value(graph.node(id).outputs[0]).producer = id;
+    infer_node_outputs(graph, id);
+    return graph.node(id).outputs[0];
+  };
+  auto shape_constant = [&](const std::vector<int64_t>& dims) {
+    return graph.add_constant(
+        fmt::format("{}/shape_{}", node.name, count++),
+        Tensor::from_vector<int64_t>({static_cast<int64_t>(dims.size())}, dims));
+  };
+  const ValueId output = node.outputs[0];
+  const ValueId six = add("Reshape", {node.input(0), shape_constant(split)}, {}, kNoValue);
+  const ValueId moved = add("Transpose", {six}, {{"perm", Attribute::from_ints(perm)}}, kNoValue);
+  add("Reshape", {moved, shape_constant(merged)}, {}, output);
+}
+
+// Whether `node` is a DepthToSpace/SpaceToDepth whose shape inference passed (so the block
+// size divides what it must) on a 4-D input of known shape.
+bool lowerable(const Graph& graph, const Node& node) {
+  if (!node.domain.empty() || node.outputs.size() != 1 || node.inputs.empty()) return false;
+  if (node.op_type != "DepthToSpace" && node.op_type != "SpaceToDepth") return false;
+  const Value& x = graph.value(node.input(0));
+  return x.shape_known && x.shape.size() == 4 && graph.value(node.outputs[0]).shape_known &&
+         node.attr_int("blocksize", 0) > 0;
+}
+
+}  // namespace
+
+void lower_space_depth(Graph& graph) {
+  std::vector<bool> remove(graph.num_nodes(), false);
+  bool any = false;
+  const size_t original = graph.num_nodes();
+  for (size_t i = 0; i < original; ++i) {
+    if (!lowerable(graph, graph.node(static_cast<NodeId>(i)))) continue;
+    // A copy: appending nodes may move the node list.
+    const Node node = graph.node(static_cast<NodeId>(i));
+    Node& old = graph.node(static_cast<NodeId>(i));
+    old.inputs.clear();
+    old.outputs.clear();
+    lower_one(graph, node);
+    remove[i] = true;
+    any = true;
+  }
+  if (!any) return;
+  remove.resize(graph.num_nodes(), false);
+  graph.prune(remove);
+  graph.sort_topologically();
+}
+
+}  // namespace collage
