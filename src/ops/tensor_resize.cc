@@ -307,6 +307,36 @@ RefKernel resize_kernel(const Graph& g, const Node& n) {
 
 }  // namespace
 
+ResizeTaps resize_taps(const Graph& g, const Node& n) {
+  InferContext ctx(g, n);
+  const ResizeSpec s = resize_spec(ctx);
+  ResizeTaps out;
+  out.extrapolation = s.extrapolation;
+  for (size_t k = 0; k < s.in.size(); ++k) {
+    ResizeTaps::Dim dim;
+    if (s.mode == Mode::kNearest) {
+      dim.start = {0};
+      for (int64_t o = 0; o < s.out[k]; ++o) {
+        const double x = source_coord(s, k, o);
+        dim.outside.push_back(std::isnan(x));
+        if (!std::isnan(x)) {
+          dim.index.push_back(nearest_index(s, k, x));
+          dim.weight.push_back(1);
+        }
+        dim.start.push_back(dim.index.size());
+      }
+    } else {
+      Taps taps = dimension_taps(s, k, 1);
+      dim.start = std::move(taps.start);
+      dim.index = std::move(taps.offset);
+      dim.weight = std::move(taps.weight);
+      dim.outside = std::move(taps.outside);
+    }
+    out.dims.push_back(std::move(dim));
+  }
+  return out;
+}
+
 void register_tensor_resize_ops(OpRegistry& r) {
   r.add(tensor_op("Resize", OpKind::kInjective, infer_resize, resize_kernel));
   r.add(tensor_op("Upsample", OpKind::kInjective, infer_resize, resize_kernel));

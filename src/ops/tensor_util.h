@@ -46,6 +46,23 @@ struct SliceWindow {
 };
 SliceWindow slice_window(const Graph& graph, const Node& node);
 
+// What a Resize/Upsample node reads, by the reference's rule, per dimension: for output
+// index o, input indices index[start[o] .. start[o+1]) with their weights (nearest: one tap
+// of weight 1; linear 2, cubic 4, taps past an edge clamped or dropped as the mode says).
+// `outside[o]`: tf_crop_and_resize samples outside the input there (the value is
+// `extrapolation`). For backends that compute any mode with the reference's coordinates.
+struct ResizeTaps {
+  struct Dim {
+    std::vector<size_t> start;
+    std::vector<int64_t> index;
+    std::vector<double> weight;
+    std::vector<bool> outside;
+  };
+  std::vector<Dim> dims;
+  double extrapolation = 0;
+};
+ResizeTaps resize_taps(const Graph& graph, const Node& node);
+
 // Shapes recorded on the graph after inference, for kernel factories.
 inline const Shape& tensor_input_shape(const Graph& g, const Node& n, size_t i) {
   return g.value(n.inputs.at(i)).shape;

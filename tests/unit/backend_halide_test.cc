@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -306,6 +307,75 @@ TEST(HalideBackend, LayoutGlue) {
     b.output(b.add1("Sigmoid", {parts[1]}));
     expect_like_reference(b.graph(), "slice concat tile unsqueeze expand flatten split");
   }
+}
+
+// Resize in every sampling mode the reference computes (but tf_crop_and_resize), by the
+// reference's own taps: nearest in each rounding and coordinate mode, linear and cubic
+// (aligned corners, exclude_outside, another cubic coefficient), up and down, by scales or
+// sizes, over 1-3 resized dims; and fused with the Add after it in one kernel.
+TEST(HalideBackend, ResizeInEveryModeLikeReference) {
+  struct Form {
+    const char *mode, *coord, *nearest;
+  };
+  const std::vector<Form> forms = {
+      {"nearest", "asymmetric", "round_prefer_floor"},
+      {"nearest", "half_pixel", "ceil"},
+      {"nearest", "align_corners", "floor"},
+      {"nearest", "tf_half_pixel_for_nn", "round_prefer_ceil"},
+      {"linear", "align_corners", ""},
+      {"linear", "asymmetric", ""},
+      {"linear", "pytorch_half_pixel", ""},
+      {"cubic", "half_pixel", ""},
+      {"cubic", "align_corners", ""},
+  };
+  std::mt19937 rng(17);
+  for (size_t trial = 0; trial < forms.size(); ++trial) {
+    const Form& f = forms[trial];
+    const int spatial = 1 + static_cast<int>(trial % 3);
+    Shape shape = {1, pick(rng, 2, 5)};
+    std::vector<float> scales = {1, 1};
+    std::vector<int64_t> sizes = shape;
+    for (int k = 0; k < spatial; ++k) {
+      shape.push_back(pick(rng, 3, 9));
+      const float factor = trial % 4 == 3 ? 0.6f : (trial % 2 ? 1.7f : 2.0f);
+      scales.push_back(factor);
+      sizes.push_back(static_cast<int64_t>(factor * static_cast<float>(shape.back())));
+    }
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, shape);
+    const int64_t rank = static_cast<int64_t>(shape.size());
+    std::vector<ValueId> inputs = {x, kNoValue};
+    if (trial % 2) {
+      inputs.push_back(kNoValue);
+      inputs.push_back(b.constant("sizes", Tensor::from_vector<int64_t>({rank}, sizes)));
+    } else {
+      inputs.push_back(b.constant("scales", Tensor::from_vector<float>({rank}, scales)));
+    }
+    std::map<std::string, Attribute> attrs = {
+        {"mode", testing::attr_s(f.mode)},
+        {"coordinate_transformation_mode", testing::attr_s(f.coord)}};
+    if (*f.nearest) attrs["nearest_mode"] = testing::attr_s(f.nearest);
+    if (std::string(f.mode) == "cubic" && trial % 2) {
+      attrs["exclude_outside"] = attr_i(1);
+      attrs["cubic_coeff_a"] = attr_f(-0.5f);
+    }
+    ValueId y = b.add1("Resize", inputs, attrs);
+    b.output(y);
+    const std::string what = std::string(f.mode) + " " + f.coord + " " + f.nearest;
+    EXPECT_TRUE(testing::has_match(halide(), b.graph(), {y})) << what;
+    expect_like_reference(b.graph(), what);
+  }
+  GraphBuilder b;
+  ValueId low = b.input("low", DType::kFloat32, {1, 4, 5, 6});
+  ValueId high = b.input("high", DType::kFloat32, {1, 4, 10, 12});
+  ValueId up =
+      b.add1("Resize",
+             {low, kNoValue, b.constant("scales", Tensor::from_vector<float>({4}, {1, 1, 2, 2}))},
+             {{"mode", testing::attr_s("linear")},
+              {"coordinate_transformation_mode", testing::attr_s("align_corners")}});
+  b.output(b.add1("Add", {up, high}));
+  EXPECT_TRUE(testing::has_match(halide(), b.graph(), {up, b.graph().outputs[0]}));
+  expect_like_reference(b.graph(), "bilinear (aligned corners) + Add");
 }
 
 TEST(HalideBackend, RefusesWhatItCannotGenerate) {

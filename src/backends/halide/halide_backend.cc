@@ -117,6 +117,12 @@ class HalideBackend : public Backend {
                  .where(ok, "float32, constant axes"),
              {}},
             {"LayerNormalization", op("LayerNormalization").where(ok, "float32, Y only"), {}},
+            // Every sampling mode (the reference's taps as tables): a linear or cubic resize
+            // alone is many times the reference's speed.
+            {"Resize",
+             op_in({"Resize", "Upsample"})
+                 .where(ok, "float32, every mode but tf_crop_and_resize, constant scales/sizes"),
+             {}},
             {"TransformerGlue",
              op_in({"Gather", "Where", "Transpose", "Split", "Cast"})
                  .where(ok, "float32 data (int32/int64/bool where the op moves it)"),

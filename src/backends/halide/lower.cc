@@ -45,7 +45,8 @@ const std::set<std::string> kSoftmax = {"Softmax", "LogSoftmax"};
 const std::set<std::string> kReshape = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
 const std::set<std::string> kLayout = {"Transpose", "Expand", "Slice", "Concat", "Split", "Tile"};
 // Ops with a lowering of their own (no kind-wide rule).
-const std::set<std::string> kOther = {"Gather", "Where", "LayerNormalization"};
+const std::set<std::string> kOther = {"Gather", "Where", "LayerNormalization", "Resize",
+                                      "Upsample"};
 
 // Ops that move elements without computing on them: their data may be any type a buffer
 // holds (GPT-2 reshapes int64 input_ids, a bool mask may be transposed).
@@ -93,12 +94,12 @@ Expr scalar_expr(const Tensor& t) {
 bool is_param_input(const std::string& op, size_t i) {
   if (i == 0) return false;
   return kReshape.count(op) || kReduce.count(op) || op == "Expand" || op == "Slice" ||
-         op == "Split" || op == "Tile";
+         op == "Split" || op == "Tile" || op == "Resize" || op == "Upsample";
 }
 
 // Inputs whose values lowering needs (they become loop bounds and offsets).
 bool needs_constant(const std::string& op, size_t i) {
-  return i > 0 && (op == "Slice" || kReduce.count(op));
+  return i > 0 && (op == "Slice" || kReduce.count(op) || op == "Resize" || op == "Upsample");
 }
 
 std::vector<Var> dim_vars(size_t rank) {
@@ -361,6 +362,8 @@ class Lowerer {
       results.push_back(lower_gather(n, *ins[0], *ins[1], oshape, name));
     } else if (op == "LayerNormalization") {
       results.push_back(lower_layer_norm(n, ins, name));
+    } else if (op == "Resize" || op == "Upsample") {
+      results.push_back(lower_resize(n, *ins[0], oshape, name, out));
     } else {
       lower_layout(n, ins, name, results);
     }
@@ -580,6 +583,80 @@ class Lowerer {
         src.push_back(i[d - 1 + q]);
       return Halide::require(in_range, at(data, src),
                              "Gather: an index is out of range for an axis of", dim);
+    });
+  }
+
+  // Resize/Upsample in any mode, by the reference's taps (ops::resize_taps: the same
+  // coordinates and weights): per resized dimension, tables of each output index's input
+  // indices and weights (arguments of the kernel), summed over every combination of taps.
+  // A dimension the resize keeps is read straight through.
+  Val lower_resize(const Node& n, const Val& x, const Shape& oshape, const std::string& name,
+                   Lowered& out) {
+    const ops::ResizeTaps taps = ops::resize_taps(g_, n);
+    struct DimTables {
+      int count = 0;  // taps per output index; 0: the dimension is kept
+      bool weighted = false;
+      Val index, weight;
+    };
+    std::vector<DimTables> dims(oshape.size());
+    for (size_t k = 0; k < oshape.size(); ++k) {
+      const ops::ResizeTaps::Dim& d = taps.dims[k];
+      bool kept = x.shape[k] == oshape[k];
+      for (int64_t o = 0; o < oshape[k]; ++o) {
+        if (d.outside[o]) unsupported(n, "samples outside the input (extrapolation)");
+        const size_t first = d.start[o], count = d.start[o + 1] - first;
+        dims[k].count = std::max(dims[k].count, static_cast<int>(count));
+        kept = kept && count == 1 && d.index[first] == o && d.weight[first] == 1;
+        for (size_t j = first; j < first + count; ++j)
+          dims[k].weighted = dims[k].weighted || d.weight[j] != 1;
+      }
+      if (kept) {
+        dims[k].count = 0;
+        continue;
+      }
+      const int count = dims[k].count;
+      Tensor index(DType::kInt32, {oshape[k], count}), weight(DType::kFloat32, {oshape[k], count});
+      std::fill_n(index.data<int32_t>(), index.numel(), 0);
+      std::fill_n(weight.data<float>(), weight.numel(), 0.0f);
+      for (int64_t o = 0; o < oshape[k]; ++o)
+        for (size_t j = d.start[o]; j < d.start[o + 1]; ++j) {
+          index.data<int32_t>()[o * count + (j - d.start[o])] = static_cast<int32_t>(d.index[j]);
+          weight.data<float>()[o * count + (j - d.start[o])] = static_cast<float>(d.weight[j]);
+        }
+      dims[k].index = param(-1, std::move(index), {oshape[k], count}, DType::kInt32, out);
+      if (dims[k].weighted)
+        dims[k].weight = param(-1, std::move(weight), {oshape[k], count}, DType::kFloat32, out);
+    }
+    return define(name, oshape, [&](const Index& i) {
+      Expr sum;
+      std::vector<int> tap(oshape.size(), 0);
+      while (true) {
+        Index src(oshape.size());
+        Expr w;
+        for (size_t k = 0; k < oshape.size(); ++k) {
+          if (dims[k].count == 0) {
+            src[k] = i[k];
+            continue;
+          }
+          const int in = static_cast<int>(x.shape[k]);
+          src[k] = Halide::clamp(at(dims[k].index, {i[k], Expr(tap[k])}), 0, in - 1);
+          if (dims[k].weighted) {
+            Expr wk = at(dims[k].weight, {i[k], Expr(tap[k])});
+            w = w.defined() ? w * wk : wk;
+          }
+        }
+        Expr term = at(x, src);
+        if (w.defined()) term = term * w;
+        sum = sum.defined() ? sum + term : term;
+        size_t k = oshape.size();
+        while (k-- > 0) {
+          if (dims[k].count == 0) continue;
+          if (++tap[k] < dims[k].count) break;
+          tap[k] = 0;
+        }
+        if (k == static_cast<size_t>(-1)) break;
+      }
+      return sum;
     });
   }
 
@@ -922,6 +999,9 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
   if (!kUnary.count(op) && !kBinary.count(op) && !kReduce.count(op) && !kSoftmax.count(op) &&
       !kReshape.count(op) && !kLayout.count(op) && !kOther.count(op))
     return "op not lowered";
+  if (op == "Resize" &&
+      n.attr_string("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize")
+    return "tf_crop_and_resize (extrapolated samples)";
   if (op == "LayerNormalization") {
     for (size_t k = 1; k < n.outputs.size(); ++k)
       if (n.outputs[k] != kNoValue) return "Mean/InvStdDev outputs";
