@@ -379,8 +379,9 @@ void infer_pad(InferContext& ctx) {
   ctx.set_output(0, ctx.input_dtype(0), out);
 }
 
-// Source index of output index `o` along a dimension of `d` input elements, or -1 for
-// the constant. Reflect mirrors without repeating the edge, as numpy.pad does.
+}  // namespace
+
+// See tensor_util.h.
 int64_t pad_source(PadMode mode, int64_t o, int64_t begin, int64_t d) {
   int64_t i = o - begin;
   if (i >= 0 && i < d) return i;
@@ -398,6 +399,8 @@ int64_t pad_source(PadMode mode, int64_t o, int64_t begin, int64_t d) {
   }
   return -1;
 }
+
+namespace {
 
 RefKernel pad_kernel(const Graph& g, const Node& n) {
   InferContext ctx(g, n);

@@ -97,6 +97,10 @@ struct PadSpec {
   double attr_value = 0;            // Pad-2's `value`; later opsets pass an input
 };
 PadSpec pad_spec(const InferContext& ctx);
+// The input index output index `o` of a dimension of `d` input elements padded by `begin`
+// reads, or -1 where a constant-mode Pad writes its value. Reflect mirrors without
+// repeating the edge, as numpy.pad does.
+int64_t pad_source(PadMode mode, int64_t o, int64_t begin, int64_t d);
 
 // Product of dims [from, to): the outer/inner block sizes around an axis.
 inline int64_t tensor_product(const Shape& s, size_t from, size_t to) {

@@ -378,6 +378,38 @@ TEST(HalideBackend, ResizeInEveryModeLikeReference) {
   expect_like_reference(b.graph(), "bilinear (aligned corners) + Add");
 }
 
+// Pad in each mode, crops included, by the reference's rule; a reflection pad between
+// two elementwise ops fused with them.
+TEST(HalideBackend, PadInEveryModeLikeReference) {
+  std::mt19937 rng(19);
+  const char* modes[] = {"constant", "reflect", "edge"};
+  for (int trial = 0; trial < 6; ++trial) {
+    const std::string mode = modes[trial % 3];
+    GraphBuilder b;
+    const Shape shape = {1, pick(rng, 2, 4), pick(rng, 4, 9), pick(rng, 4, 9)};
+    ValueId x = b.input("x", DType::kFloat32, shape);
+    // Reflection needs pads under the dimension; the second round crops one side.
+    std::vector<int64_t> pads = {0, 0, pick(rng, 0, 3), pick(rng, 1, 3),
+                                 0, 0, pick(rng, 0, 2), trial >= 3 ? -1 : pick(rng, 1, 3)};
+    std::vector<ValueId> inputs = {x, b.constant("pads", Tensor::from_vector<int64_t>({8}, pads))};
+    if (mode == "constant") inputs.push_back(b.constant("value", Tensor::scalar(2.5f)));
+    ValueId y = b.add1("Pad", inputs, {{"mode", testing::attr_s(mode)}});
+    b.output(y);
+    EXPECT_TRUE(testing::has_match(halide(), b.graph(), {y})) << mode;
+    expect_like_reference(b.graph(), "Pad " + mode + " trial " + std::to_string(trial));
+  }
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 3, 6, 7});
+  ValueId relu = b.add1("Relu", {x});
+  ValueId padded = b.add1(
+      "Pad",
+      {relu, b.constant("pads", Tensor::from_vector<int64_t>({8}, {0, 0, 2, 2, 0, 0, 2, 2}))},
+      {{"mode", testing::attr_s("reflect")}});
+  b.output(b.add1("Mul", {padded, b.random_constant("w", {1, 3, 1, 1})}));
+  EXPECT_TRUE(testing::has_match(halide(), b.graph(), {relu, padded, b.graph().outputs[0]}));
+  expect_like_reference(b.graph(), "Relu, reflection Pad, Mul");
+}
+
 TEST(HalideBackend, RefusesWhatItCannotGenerate) {
   GraphBuilder b;
   ValueId x = b.input("x", DType::kFloat32, {4, 4});

@@ -119,6 +119,9 @@ class HalideBackend : public Backend {
             {"LayerNormalization", op("LayerNormalization").where(ok, "float32, Y only"), {}},
             // Every sampling mode (the reference's taps as tables): a linear or cubic resize
             // alone is many times the reference's speed.
+            // Reflect and edge padding (ReflectionPad2d in style-transfer and GAN
+            // generators) has no other fast backend; constant padding competes with onednn.
+            {"Pad", op("Pad").where(ok, "float32, every mode, constant pads and value"), {}},
             {"Resize",
              op_in({"Resize", "Upsample"})
                  .where(ok, "float32, every mode but tf_crop_and_resize, constant scales/sizes"),

@@ -45,8 +45,8 @@ const std::set<std::string> kSoftmax = {"Softmax", "LogSoftmax"};
 const std::set<std::string> kReshape = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
 const std::set<std::string> kLayout = {"Transpose", "Expand", "Slice", "Concat", "Split", "Tile"};
 // Ops with a lowering of their own (no kind-wide rule).
-const std::set<std::string> kOther = {"Gather", "Where", "LayerNormalization", "Resize",
-                                      "Upsample"};
+const std::set<std::string> kOther = {"Gather", "Where",    "LayerNormalization",
+                                      "Resize", "Upsample", "Pad"};
 
 // Ops that move elements without computing on them: their data may be any type a buffer
 // holds (GPT-2 reshapes int64 input_ids, a bool mask may be transposed).
@@ -94,12 +94,13 @@ Expr scalar_expr(const Tensor& t) {
 bool is_param_input(const std::string& op, size_t i) {
   if (i == 0) return false;
   return kReshape.count(op) || kReduce.count(op) || op == "Expand" || op == "Slice" ||
-         op == "Split" || op == "Tile" || op == "Resize" || op == "Upsample";
+         op == "Split" || op == "Tile" || op == "Resize" || op == "Upsample" || op == "Pad";
 }
 
 // Inputs whose values lowering needs (they become loop bounds and offsets).
 bool needs_constant(const std::string& op, size_t i) {
-  return i > 0 && (op == "Slice" || kReduce.count(op) || op == "Resize" || op == "Upsample");
+  return i > 0 &&
+         (op == "Slice" || kReduce.count(op) || op == "Resize" || op == "Upsample" || op == "Pad");
 }
 
 std::vector<Var> dim_vars(size_t rank) {
@@ -364,6 +365,8 @@ class Lowerer {
       results.push_back(lower_layer_norm(n, ins, name));
     } else if (op == "Resize" || op == "Upsample") {
       results.push_back(lower_resize(n, *ins[0], oshape, name, out));
+    } else if (op == "Pad") {
+      results.push_back(lower_pad(n, *ins[0], oshape, name, out));
     } else {
       lower_layout(n, ins, name, results);
     }
@@ -371,7 +374,8 @@ class Lowerer {
       Val& v = results[k];
       v.after_reduction |= after;
       v.reshaped_after_reduction |=
-          reshaped || (after && (kReshape.count(op) || kLayout.count(op)));
+          reshaped || (after && (kReshape.count(op) || kLayout.count(op) || op == "Resize" ||
+                                 op == "Upsample" || op == "Pad"));
       if (n.outputs[k] != kNoValue) vals_[n.outputs[k]] = v;
     }
   }
@@ -657,6 +661,44 @@ class Lowerer {
         if (k == static_cast<size_t>(-1)) break;
       }
       return sum;
+    });
+  }
+
+  // Pad in every mode (constant, reflect, edge; negative pads crop), by the reference's
+  // rule (ops::pad_source): per padded dimension, a table of each output index's input
+  // index (-1: the constant), an argument of the kernel.
+  Val lower_pad(const Node& n, const Val& x, const Shape& oshape, const std::string& name,
+                Lowered& out) {
+    const ops::PadSpec spec = ops::pad_spec(InferContext(g_, n));
+    float value = static_cast<float>(spec.attr_value);
+    if (spec.mode == ops::PadMode::kConstant && g_.opset >= 11 && n.input(2) != kNoValue) {
+      const Value& v = g_.value(n.input(2));
+      if (!v.is_constant() || v.constant.numel() != 1) unsupported(n, "value not a constant");
+      value = static_cast<float>(v.constant.get_as_double(0));
+    }
+    std::vector<std::optional<Val>> tables(oshape.size());
+    for (size_t k = 0; k < oshape.size(); ++k) {
+      if (spec.begin[k] == 0 && spec.end[k] == 0) continue;
+      Tensor table(DType::kInt32, {oshape[k]});
+      for (int64_t o = 0; o < oshape[k]; ++o)
+        table.data<int32_t>()[o] =
+            static_cast<int32_t>(ops::pad_source(spec.mode, o, spec.begin[k], x.shape[k]));
+      tables[k] = param(-1, std::move(table), {oshape[k]}, DType::kInt32, out);
+    }
+    return define(name, oshape, [&](const Index& i) {
+      Index src(oshape.size());
+      Expr fill = Halide::cast<bool>(false);
+      for (size_t k = 0; k < oshape.size(); ++k) {
+        if (!tables[k]) {
+          src[k] = i[k];
+          continue;
+        }
+        Expr from = at(*tables[k], {i[k]});
+        src[k] = Halide::clamp(from, 0, static_cast<int>(x.shape[k]) - 1);
+        fill = fill || from < 0;
+      }
+      Expr read = at(x, src);
+      return spec.mode == ops::PadMode::kConstant ? Halide::select(fill, Expr(value), read) : read;
     });
   }
 
