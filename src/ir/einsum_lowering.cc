@@ -201,25 +201,12 @@ std::optional<ops::EinsumEquation> lowerable(const Graph& graph, const Node& nod
 }  // namespace
 
 void lower_einsum(Graph& graph) {
-  std::vector<bool> remove(graph.num_nodes(), false);
-  bool any = false;
-  const size_t original = graph.num_nodes();
-  for (size_t i = 0; i < original; ++i) {
-    std::optional<ops::EinsumEquation> eq = lowerable(graph, graph.node(static_cast<NodeId>(i)));
-    if (!eq) continue;
-    // Copies: appending nodes may move the node list.
-    const Node einsum = graph.node(static_cast<NodeId>(i));
-    EinsumLowering(graph, einsum, std::move(*eq)).lower(einsum.inputs, einsum.outputs[0]);
-    Node& old = graph.node(static_cast<NodeId>(i));
-    old.inputs.clear();
-    old.outputs.clear();
-    remove[i] = true;
-    any = true;
-  }
-  if (!any) return;
-  remove.resize(graph.num_nodes(), false);
-  graph.prune(remove);
-  graph.sort_topologically();
+  lower_nodes(graph, [](Graph& g, const Node& node) {
+    std::optional<ops::EinsumEquation> eq = lowerable(g, node);
+    if (!eq) return false;
+    EinsumLowering(g, node, std::move(*eq)).lower(node.inputs, node.outputs[0]);
+    return true;
+  });
 }
 
 }  // namespace collage

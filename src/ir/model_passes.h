@@ -2,6 +2,7 @@
 // collage/model.h).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,12 @@ void check_declared_types(const Graph& graph, const DeclaredTypes& declared, boo
 // one-input Concat, a Cast to the same type, and a Slice, Reshape or Expand to the input's
 // own shape. A fast backend then never meets them between the ops it fuses.
 void remove_identities(Graph& graph);
+
+// Offers every node of `graph` (as it is on entry) to `lower`, which either appends nodes
+// computing it, the last one writing the node's output (and returns true), or leaves the
+// graph alone (false); the lowered nodes are then removed and the graph re-sorted. The
+// shared loop of the import lowerings below.
+void lower_nodes(Graph& graph, const std::function<bool(Graph&, const Node&)>& lower);
 
 // Replaces each Einsum it can with Transpose/Reshape/MatMul/ReduceSum nodes computing it
 // (einsum_lowering.cc); the others stay Einsum (the reference kernel runs them). Needs the

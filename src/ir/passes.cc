@@ -353,6 +353,26 @@ bool hands_input_on(const Graph& graph, const Node& node, const std::vector<bool
 
 }  // namespace
 
+void lower_nodes(Graph& graph, const std::function<bool(Graph&, const Node&)>& lower) {
+  std::vector<bool> remove(graph.num_nodes(), false);
+  bool any = false;
+  const size_t original = graph.num_nodes();
+  for (size_t i = 0; i < original; ++i) {
+    // A copy: appending nodes may move the node list.
+    const Node node = graph.node(static_cast<NodeId>(i));
+    if (!lower(graph, node)) continue;
+    Node& old = graph.node(static_cast<NodeId>(i));
+    old.inputs.clear();
+    old.outputs.clear();
+    remove[i] = true;
+    any = true;
+  }
+  if (!any) return;
+  remove.resize(graph.num_nodes(), false);
+  graph.prune(remove);
+  graph.sort_topologically();
+}
+
 void remove_identities(Graph& graph) {
   // A graph output keeps its producer: its name is the output's.
   std::vector<bool> leaves(graph.num_values(), false), read(graph.num_values(), false);

@@ -71,24 +71,11 @@ bool lowerable(const Graph& graph, const Node& node) {
 }  // namespace
 
 void lower_space_depth(Graph& graph) {
-  std::vector<bool> remove(graph.num_nodes(), false);
-  bool any = false;
-  const size_t original = graph.num_nodes();
-  for (size_t i = 0; i < original; ++i) {
-    if (!lowerable(graph, graph.node(static_cast<NodeId>(i)))) continue;
-    // A copy: appending nodes may move the node list.
-    const Node node = graph.node(static_cast<NodeId>(i));
-    Node& old = graph.node(static_cast<NodeId>(i));
-    old.inputs.clear();
-    old.outputs.clear();
-    lower_one(graph, node);
-    remove[i] = true;
-    any = true;
-  }
-  if (!any) return;
-  remove.resize(graph.num_nodes(), false);
-  graph.prune(remove);
-  graph.sort_topologically();
+  lower_nodes(graph, [](Graph& g, const Node& node) {
+    if (!lowerable(g, node)) return false;
+    lower_one(g, node);
+    return true;
+  });
 }
 
 }  // namespace collage

@@ -106,6 +106,35 @@ BoundPostOps bind_post_ops(const std::vector<PostOp>& ops, const Shape& dst_shap
                            const ShapeMapper& map, ValueMemories& values, bool allow_sum = true,
                            const dnnl::memory::desc* dst_layout = nullptr);
 
+// Adds to `values`' program a primitive whose destination follows its source's layout
+// (pooling, resampling), with `tail`'s post-ops bound in that layout (no sum post-op), and
+// records its output. `make_pd(attr)` creates its primitive descriptor; where
+// `acceptable(implementation)` is false the group is refused (kUnsupported), naming `what`.
+template <typename Primitive, typename MakePd, typename Acceptable>
+void add_layout_following(const Tail& tail, const Shape& out_shape, const dnnl::memory& src,
+                          ValueMemories& values, const MakePd& make_pd,
+                          const Acceptable& acceptable, const char* what) {
+  // The destination's layout (the source's) before the post-ops are bound: an operand of
+  // the output's shape must be read in it (see bind_post_ops).
+  const dnnl::memory::desc out_layout = make_pd(base_attr()).dst_desc();
+  BoundPostOps post = bind_post_ops(
+      tail.ops, out_shape, [](const Shape& s) { return std::optional<Shape>(s); }, values,
+      /*allow_sum=*/false, &out_layout);
+  dnnl::primitive_attr attr = base_attr();
+  attr.set_post_ops(post.ops);
+  auto pd = make_pd(attr);
+  const std::string impl = pd.impl_info_str();
+  if (!acceptable(impl))
+    fail(ErrorKind::kUnsupported, "onednn: no optimized {} for this group ({})", what, impl);
+  Program& program = values.program();
+  dnnl::memory dst = values.destination(tail.out, pd.dst_desc());
+  if (post.residual) program.copy(post.residual, dst);
+  std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
+  args.insert(args.end(), post.args.begin(), post.args.end());
+  program.add(Primitive(pd), pd, std::move(args));
+  values.produced(tail.out, dst);
+}
+
 // Removes a leading "add a constant broadcast along `axis` only" from `ops` and returns it
 // as a per-channel vector of `channels` values (a bias the primitive adds itself).
 std::optional<std::vector<float>> take_channel_bias(std::vector<PostOp>& ops, size_t axis,

@@ -97,7 +97,6 @@ void emit_pool(const Graph& sub, ValueMemories& values) {
     rescale.operand_shape = factor_shape;
     tail.ops.insert(tail.ops.begin(), rescale);
   }
-  Program& program = values.program();
   const dnnl::memory src = values.as_is(x, xs);
   // The output in the input's layout (format_tag::any follows the source for pooling).
   const dnnl::memory::desc dst_md =
@@ -115,26 +114,13 @@ void emit_pool(const Graph& sub, ValueMemories& values) {
           attr, cpu_engine());
     });
   };
-  // The destination's layout (the source's) before the post-ops are bound: an operand of
-  // the output's shape must be read in it (see bind_post_ops).
-  const dnnl::memory::desc out_layout = make_pd(base_attr()).dst_desc();
-  BoundPostOps post = bind_post_ops(
-      tail.ops, ys, [](const Shape& s) { return std::optional<Shape>(s); }, values,
-      /*allow_sum=*/false, &out_layout);
-  dnnl::primitive_attr attr = base_attr();
-  attr.set_post_ops(post.ops);
-  auto pd = make_pd(attr);
   // A post-op on a row-major source gets oneDNN 2.6's generic "simple_nchw" pooling, 20-50x
   // slower than its jit kernel (NASNet's pool + Add pairs: 0.4-1.6 ms each). A blocked
   // source (inside a region) gets the jit kernel, with the addend read in its layout.
-  if (sub.num_nodes() > 1 && is_reference_impl(pd.impl_info_str()))
-    fail(ErrorKind::kUnsupported, "onednn: no optimized pooling with these post-ops");
-  dnnl::memory dst = values.destination(tail.out, pd.dst_desc());
-  if (post.residual) program.copy(post.residual, dst);
-  std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
-  args.insert(args.end(), post.args.begin(), post.args.end());
-  program.add(dnnl::pooling_v2_forward(pd), pd, std::move(args));
-  values.produced(tail.out, dst);
+  const bool tail_fused = sub.num_nodes() > 1;
+  add_layout_following<dnnl::pooling_v2_forward>(
+      tail, ys, src, values, make_pd,
+      [&](const std::string& impl) { return !tail_fused || !is_reference_impl(impl); }, "pooling");
 }
 
 std::unique_ptr<Kernel> compile_pool(const Graph& sub) {

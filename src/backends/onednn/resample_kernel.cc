@@ -112,7 +112,6 @@ void emit_resample(const Graph& sub, ValueMemories& values) {
   std::vector<bool> covered(sub.num_nodes(), false);
   covered[0] = true;
   Tail tail = parse_tail(sub, y, covered);
-  Program& program = values.program();
   const dnnl::memory src = values.as_is(x, xs);
   // The output in the input's layout (format_tag::any follows the source).
   const dnnl::memory::desc dst_md =
@@ -125,26 +124,16 @@ void emit_resample(const Graph& sub, ValueMemories& values) {
           attr, cpu_engine());
     });
   };
-  const dnnl::memory::desc out_layout = make_pd(base_attr()).dst_desc();
-  BoundPostOps post = bind_post_ops(
-      tail.ops, ys, [](const Shape& s) { return std::optional<Shape>(s); }, values,
-      /*allow_sum=*/false, &out_layout);
-  dnnl::primitive_attr attr = base_attr();
-  attr.set_post_ops(post.ops);
-  auto pd = make_pd(attr);
   // Post-ops only on the jit kernel: oneDNN 2.6 gives a binary post-op to its "simple"
   // resampling, which read the addend of a channels-last destination in the wrong order
   // (every output off by the addend) and ran 7-13x slower than the jit kernel without it;
   // the tail then runs as primitives of its own.
-  const std::string impl = pd.impl_info_str();
-  if (is_reference_impl(impl) || (!tail.ops.empty() && impl.rfind("jit", 0) != 0))
-    fail(ErrorKind::kUnsupported, "onednn: no optimized resampling for this group ({})", impl);
-  dnnl::memory dst = values.destination(tail.out, pd.dst_desc());
-  if (post.residual) program.copy(post.residual, dst);
-  std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
-  args.insert(args.end(), post.args.begin(), post.args.end());
-  program.add(dnnl::resampling_forward(pd), pd, std::move(args));
-  values.produced(tail.out, dst);
+  add_layout_following<dnnl::resampling_forward>(
+      tail, ys, src, values, make_pd,
+      [&](const std::string& impl) {
+        return !is_reference_impl(impl) && (tail.ops.empty() || impl.rfind("jit", 0) == 0);
+      },
+      "resampling");
 }
 
 std::unique_ptr<Kernel> compile_resample(const Graph& sub) {
