@@ -79,18 +79,20 @@ KernelKey kernel_key(const Graph& subgraph, const Candidate& candidate, const Ha
 }
 
 Measurer::Measurer(CostDb* db, Hardware machine, MeasureOptions options)
-    : db_(db), hardware_(std::move(machine)), options_(options) {
-  // Allocated and written once: first touches of fresh pages are slow and would be timed.
+    : db_(db), hardware_(std::move(machine)), options_(options) {}
+
+void Measurer::prepare_eviction() const {
+  if (options_.evict_bytes == 0 || !eviction_buffer_.empty()) return;
+  // Allocated and written once, on first use (a tuner whose worker measures never needs
+  // it: up to 1 GiB): first touches of fresh pages are slow and would be timed.
   eviction_buffer_.assign(options_.evict_bytes, 1);
-  if (!eviction_buffer_.empty()) {
-    // Timed once, after a first pass: how many evicted samples a candidate can afford.
-    evict_caches({}, {});
-    auto t0 = Clock::now();
-    evict_caches({}, {});
-    const double evict_ms = ms_since(t0);
-    evicted_samples_ = std::clamp(static_cast<int>(kEvictionBudgetMs / std::max(evict_ms, 1e-3)),
-                                  std::min(options_.min_repeats, kEvictedSamples), kEvictedSamples);
-  }
+  // Timed once, after a first pass: how many evicted samples a candidate can afford.
+  evict_caches({}, {});
+  auto t0 = Clock::now();
+  evict_caches({}, {});
+  const double evict_ms = ms_since(t0);
+  evicted_samples_ = std::clamp(static_cast<int>(kEvictionBudgetMs / std::max(evict_ms, 1e-3)),
+                                std::min(options_.min_repeats, kEvictedSamples), kEvictedSamples);
 }
 
 void Measurer::evict_caches(const std::vector<Tensor>& inputs,
@@ -221,7 +223,8 @@ double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
     kernel.run(inputs, outputs);
     if (device) device->synchronize();
   };
-  const bool evict = !eviction_buffer_.empty() && !device;
+  const bool evict = options_.evict_bytes != 0 && !device;
+  if (evict) prepare_eviction();
   for (int i = 0; i < options_.warmup && ms_since(warm_start) < kSlowKernelMs; ++i) run();
   std::vector<double> samples;
   auto start = Clock::now();

@@ -119,8 +119,10 @@ class Measurer {
   static constexpr size_t kReferenceCacheEntries = 4;
   std::map<std::string, std::vector<Tensor>> reference_cache_;  // by canonical text
   IsolatedWorker* isolated_ = nullptr;
-  std::vector<unsigned char> eviction_buffer_;  // options_.evict_bytes, touched once
-  int evicted_samples_ = 0;                     // most samples with an eviction before each
+  // Allocates and times the eviction buffer, once.
+  void prepare_eviction() const;
+  mutable std::vector<unsigned char> eviction_buffer_;  // options_.evict_bytes, touched once
+  mutable int evicted_samples_ = 0;                     // most samples with an eviction before each
 };
 
 // The fixed cost of one executor step on this machine (dispatch, argument passing), in
