@@ -44,8 +44,11 @@ OTHER_MODELS="dcgan resnet3d-50"
 # MaxViT-T (attention in windows) joined later: MaxViT did not load (Einsum) and Swin-T ran
 # its written-out LayerNorm on oneDNN's reference loops; the fixes are general (import's
 # Einsum lowering and no-op removal, broadcasts over merged dimensions), no code names them.
+# LRASPP-MobileNetV3 (segmentation, 320x320: bilinear upsampling) joined when Resize got fast
+# implementations.
 HELDOUT_MODELS="tv:densenet121 tv:squeezenet1_1 tv:shufflenet_v2_x1_0 tv:efficientnet_b0
-  tv:mnasnet1_0 tv:mobilenet_v3_large tv:regnet_y_400mf tv:convnext_tiny tv:swin_t tv:maxvit_t"
+  tv:mnasnet1_0 tv:mobilenet_v3_large tv:regnet_y_400mf tv:convnext_tiny tv:swin_t tv:maxvit_t
+  tv:lraspp_mobilenet_v3_large"
 MODELS=""
 for m in ${BENCH_MODELS:-cnn transformers other}; do  # a set's name stands for its models
   case "$m" in

@@ -210,6 +210,30 @@ def image_model(name, opset, batch=1, dynamic_batch=False, **kwargs):
     return build, opset, dynamic_axes
 
 
+class SegmentationOutput(torch.nn.Module):
+    """torchvision's segmentation models return {"out": ...}: the logits tensor alone."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x)["out"]
+
+
+def segmentation_model(name, opset):
+    def build():
+        # Default BatchNorm statistics: with randomized ones (randomize_batchnorm) LRASPP's
+        # HardSigmoid/HardSwish gates amplify rounding until even the reference backend, in
+        # double, misses PyTorch's logits by 0.4 (and every backend by as much).
+        model = getattr(torchvision.models.segmentation, name)(
+            weights=None, weights_backbone=None, num_classes=21)
+        return SegmentationOutput(model.eval()).eval(), (torch.randn(1, 3, 320, 320),), \
+            ["image"], ["out"]
+
+    return build, opset, None
+
+
 def bert_model(opset):
     def build():
         model = TinyBert()
@@ -252,6 +276,8 @@ FORBIDDEN_OPS = {
 
 # Any other torchvision classifier, as "tv:NAME" (e.g. tv:densenet121): bench/run.sh times
 # such held-out models next to the zoo's. Opset 13, batch 1, 1x3x224x224, random weights.
+# torchvision's segmentation models too (tv:lraspp_mobilenet_v3_large): 1x3x320x320, their
+# "out" logits.
 TORCHVISION_PREFIX = "tv:"
 
 
@@ -263,6 +289,8 @@ def model_spec(name):
         tv_name = name[len(TORCHVISION_PREFIX):]
         if tv_name in torchvision.models.list_models(module=torchvision.models):
             return image_model(tv_name, 13)
+        if tv_name in torchvision.models.list_models(module=torchvision.models.segmentation):
+            return segmentation_model(tv_name, 13)
     return None
 
 
