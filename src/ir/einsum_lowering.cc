@@ -81,21 +81,12 @@ class EinsumLowering {
 
   ValueId add(const std::string& op, std::vector<ValueId> inputs,
               std::map<std::string, Attribute> attrs) {
-    const std::string name = fmt::format("{}/{}_{}", name_, op, count_++);
-    Node node;
-    node.name = name;
-    node.op_type = op;
-    node.inputs = std::move(inputs);
-    node.attrs = std::move(attrs);
-    node.outputs = {graph_.add_value(name + ":0")};
-    last_ = graph_.add_node(std::move(node));
-    infer_node_outputs(graph_, last_);
+    last_ = append_lowered_node(graph_, name_, count_, op, std::move(inputs), std::move(attrs));
     return graph_.node(last_).outputs[0];
   }
 
   ValueId int64_constant(const std::string& what, const std::vector<int64_t>& values) {
-    Tensor t = Tensor::from_vector<int64_t>({static_cast<int64_t>(values.size())}, values);
-    return graph_.add_constant(fmt::format("{}/{}_{}", name_, what, count_++), std::move(t));
+    return append_int64_constant(graph_, name_, count_, what, values);
   }
 
   // `x` summed over its labels not in `keep`.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,16 @@ void remove_identities(Graph& graph);
 // graph alone (false); the lowered nodes are then removed and the graph re-sorted. The
 // shared loop of the import lowerings below.
 void lower_nodes(Graph& graph, const std::function<bool(Graph&, const Node&)>& lower);
+
+// For a lowering of node `base`: appends node `op` named "{base}/{op}_{k}" (k = `count`,
+// advanced) reading `inputs`, writing `output` (or a new value "{name}:0"), typed by shape
+// inference; returns the node.
+NodeId append_lowered_node(Graph& graph, const std::string& base, int& count, const std::string& op,
+                           std::vector<ValueId> inputs, std::map<std::string, Attribute> attrs,
+                           ValueId output = kNoValue);
+// ... and an int64 vector constant named "{base}/{what}_{k}" (a shape, axes).
+ValueId append_int64_constant(Graph& graph, const std::string& base, int& count,
+                              const std::string& what, const std::vector<int64_t>& values);
 
 // Replaces each Einsum it can with Transpose/Reshape/MatMul/ReduceSum nodes computing it
 // (einsum_lowering.cc); the others stay Einsum (the reference kernel runs them). Needs the

@@ -5,6 +5,8 @@
 #include <set>
 #include <unordered_map>
 
+#include <fmt/format.h>
+
 #include "collage/model.h"
 #include "collage/op_registry.h"
 #include "ir/model_passes.h"
@@ -352,6 +354,28 @@ bool hands_input_on(const Graph& graph, const Node& node, const std::vector<bool
 }
 
 }  // namespace
+
+NodeId append_lowered_node(Graph& graph, const std::string& base, int& count, const std::string& op,
+                           std::vector<ValueId> inputs, std::map<std::string, Attribute> attrs,
+                           ValueId output) {
+  const std::string name = fmt::format("{}/{}_{}", base, op, count++);
+  Node node;
+  node.name = name;
+  node.op_type = op;
+  node.inputs = std::move(inputs);
+  node.attrs = std::move(attrs);
+  node.outputs = {output == kNoValue ? graph.add_value(name + ":0") : output};
+  const NodeId id = graph.add_node(std::move(node));
+  graph.value(graph.node(id).outputs[0]).producer = id;
+  infer_node_outputs(graph, id);
+  return id;
+}
+
+ValueId append_int64_constant(Graph& graph, const std::string& base, int& count,
+                              const std::string& what, const std::vector<int64_t>& values) {
+  Tensor t = Tensor::from_vector<int64_t>({static_cast<int64_t>(values.size())}, values);
+  return graph.add_constant(fmt::format("{}/{}_{}", base, what, count++), std::move(t));
+}
 
 void lower_nodes(Graph& graph, const std::function<bool(Graph&, const Node&)>& lower) {
   std::vector<bool> remove(graph.num_nodes(), false);

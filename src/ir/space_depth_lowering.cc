@@ -4,9 +4,6 @@
 // themselves only had the reference kernel. PixelShuffle (super-resolution models' last
 // layer) exports as DepthToSpace in CRD mode, TensorFlow-born models use DCR and
 // SpaceToDepth.
-#include <fmt/format.h>
-
-#include "collage/op_registry.h"
 #include "ir/model_passes.h"
 
 namespace collage {
@@ -35,22 +32,12 @@ void lower_one(Graph& graph, const Node& node) {
   int count = 0;
   auto add = [&](const std::string& op, std::vector<ValueId> inputs,
                  std::map<std::string, Attribute> attrs, ValueId output) {
-    const std::string name = fmt::format("{}/{}_{}", node.name, op, count++);
-    Node lowered;
-    lowered.name = name;
-    lowered.op_type = op;
-    lowered.inputs = std::move(inputs);
-    lowered.attrs = std::move(attrs);
-    lowered.outputs = {output == kNoValue ? graph.add_value(name + ":0") : output};
-    const NodeId id = graph.add_node(std::move(lowered));
-    graph.value(graph.node(id).outputs[0]).producer = id;
-    infer_node_outputs(graph, id);
+    const NodeId id = append_lowered_node(graph, node.name, count, op, std::move(inputs),
+                                          std::move(attrs), output);
     return graph.node(id).outputs[0];
   };
   auto shape_constant = [&](const std::vector<int64_t>& dims) {
-    return graph.add_constant(
-        fmt::format("{}/shape_{}", node.name, count++),
-        Tensor::from_vector<int64_t>({static_cast<int64_t>(dims.size())}, dims));
+    return append_int64_constant(graph, node.name, count, "shape", dims);
   };
   const ValueId output = node.outputs[0];
   const ValueId six = add("Reshape", {node.input(0), shape_constant(split)}, {}, kNoValue);

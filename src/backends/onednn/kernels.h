@@ -63,7 +63,11 @@ void emit_resample(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_resample(const Graph& subgraph);
 // BatchNormalization (inference statistics, optional fused Relu).  norm_kernel.cc
 void emit_batch_norm(const Graph& subgraph, ValueMemories& values);
-// InstanceNormalization of one image; LRN across channels of an odd size.  norm_kernel.cc
+// InstanceNormalization of one image (constant scale and bias); LRN across channels of an
+// odd size; rank 3-5, float32. The *_takes predicates say which nodes (the patterns' and
+// regions' rule; the emitters refuse the rest).  norm_kernel.cc
+bool instance_norm_takes(const Graph& g, const Node& n);
+bool lrn_takes(const Graph& g, const Node& n);
 void emit_instance_norm(const Graph& subgraph, ValueMemories& values);
 void emit_lrn(const Graph& subgraph, ValueMemories& values);
 // BatchNormalization (inference, optional Relu), LayerNormalization, Softmax/LogSoftmax,

@@ -89,6 +89,28 @@ void emit_batch_norm(const Graph& sub, ValueMemories& values) {
   values.produced(out, y_mem);
 }
 
+namespace {
+
+// A float32 input of rank 3-5 and known shape.
+bool spatial_f32_input(const Graph& g, const Node& n) {
+  if (n.inputs.empty() || n.input(0) == kNoValue || n.outputs.empty()) return false;
+  const Value& x = g.value(n.input(0));
+  return x.dtype == DType::kFloat32 && x.shape_known && x.shape.size() >= 3 && x.shape.size() <= 5;
+}
+
+}  // namespace
+
+bool instance_norm_takes(const Graph& g, const Node& n) {
+  return n.op_type == "InstanceNormalization" && spatial_f32_input(g, n) &&
+         g.value(n.input(0)).shape[0] == 1 && n.input(1) != kNoValue && n.input(2) != kNoValue &&
+         g.value(n.input(1)).is_constant() && g.value(n.input(2)).is_constant();
+}
+
+bool lrn_takes(const Graph& g, const Node& n) {
+  return n.op_type == "LRN" && spatial_f32_input(g, n) && n.attr_int("size", 0) > 0 &&
+         n.attr_int("size", 0) % 2 == 1;
+}
+
 void emit_instance_norm(const Graph& sub, ValueMemories& values) {
   // Batch normalization computing its own statistics per channel over batch and space: with
   // one image those are each (n, c) plane's own, as InstanceNormalization defines them
@@ -97,10 +119,10 @@ void emit_instance_norm(const Graph& sub, ValueMemories& values) {
   if (sub.num_nodes() != 1)
     fail(ErrorKind::kUnsupported, "onednn: InstanceNormalization fuses nothing");
   const ValueId x = node.input(0), y = node.outputs[0];
-  require_f32(sub, x, "InstanceNormalization input");
   const Shape& xs = sub.value(x).shape;
-  if (xs.size() < 3 || xs.size() > 5 || xs[0] != 1)
-    fail(ErrorKind::kUnsupported, "onednn: InstanceNormalization of {} (one image, rank 3-5)",
+  if (!instance_norm_takes(sub, node))
+    fail(ErrorKind::kUnsupported,
+         "onednn: InstanceNormalization of {} (one image, rank 3-5, constant scale and bias)",
          shape_to_string(xs));
   if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: InstanceNormalization input");
   Program& program = values.program();
@@ -134,10 +156,9 @@ void emit_lrn(const Graph& sub, ValueMemories& values) {
   const Node& node = sub.node(0);
   if (sub.num_nodes() != 1) fail(ErrorKind::kUnsupported, "onednn: LRN fuses nothing");
   const ValueId x = node.input(0), y = node.outputs[0];
-  require_f32(sub, x, "LRN input");
   const Shape& xs = sub.value(x).shape;
   const int64_t size = node.attr_int("size", 0);
-  if (xs.size() < 3 || xs.size() > 5 || size <= 0 || size % 2 == 0)
+  if (!lrn_takes(sub, node))
     fail(ErrorKind::kUnsupported, "onednn: LRN of size {} over rank {}", size, xs.size());
   if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: LRN input");
   dnnl::memory x_mem = values.as_is(x, xs);

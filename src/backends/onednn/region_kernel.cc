@@ -277,16 +277,8 @@ bool region_node(const Graph& g, const Node& n) {
       if (n.input(i) == kNoValue || !g.value(n.input(i)).is_constant()) return false;
     return is_f32(g, n.input(0)) && n.attr_int("training_mode", 0) == 0;
   }
-  if (t == "InstanceNormalization") {
-    const Value& x = g.value(n.input(0));
-    return is_f32(g, n.input(0)) && x.shape_known && x.shape.size() >= 3 && x.shape.size() <= 5 &&
-           x.shape[0] == 1 && g.value(n.input(1)).is_constant() &&
-           g.value(n.input(2)).is_constant();
-  }
-  if (t == "LRN") {
-    const size_t rank = g.value(n.input(0)).shape.size();
-    return is_f32(g, n.input(0)) && rank >= 3 && rank <= 5 && n.attr_int("size", 0) % 2 == 1;
-  }
+  if (t == "InstanceNormalization") return instance_norm_takes(g, n);
+  if (t == "LRN") return lrn_takes(g, n);
   if (t == "Conv" || t == "ConvTranspose") {
     const size_t rank = g.value(n.input(0)).shape.size();
     if (rank < 3 || rank > 5) return false;
