@@ -12,11 +12,14 @@
 # On the GPU machine, from the repository root:
 #   mkdir -p /tmp/c && tar -xJf build-gpu/collage-gpu.tar.xz -C /tmp/c
 #   export LD_LIBRARY_PATH=/tmp/c/lib:/usr/local/cuda/lib64:$LD_LIBRARY_PATH
+#   # (cuDNN may be in the machine's PyTorch wheels only: add each
+#   #  $(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])')/*/lib as well)
 #   /tmp/c/bin/collage backends                      # cudnn, cublas, cuda-gen, cuda-graph available?
 #   /tmp/c/bin/collage_unit_tests --gtest_filter='Device*:CudaGen*:Cudnn*:Cublas*:CudaGraph*'
 #   /tmp/c/bin/collage_conformance --data-root /tmp/c/data --suite node,simple --backend cudnn \
 #       --no-isolate   # (with BUNDLE_TESTDATA=1)
 #   BUILD_DIR=/tmp/c/bin bench/gpu.sh               # the benchmark (bench/gpu.sh)
+# bench/gpu_check.sh does all of this (and the conformance runs) in one command.
 # glibc is the machine's: the bundle needs one at least as new as the build machine's (2.36 on
 # Debian 12).
 set -euo pipefail
