@@ -14,6 +14,7 @@
 #include "backends/onednn/region_kernel.h"
 #include "collage/backend.h"
 #include "graph_builder.h"
+#include "onednn_test_util.h"
 
 namespace collage {
 namespace {
@@ -58,18 +59,7 @@ ValueId resize(GraphBuilder& b, ValueId x, const std::vector<float>& factors, co
   return b.add1("Resize", inputs, attrs);
 }
 
-// The kernel `backend` compiles for `g`, run against reference, and none of its primitives
-// oneDNN's reference implementation.
-void expect_fast_and_like_reference(Backend& backend, const Graph& g, const std::string& what) {
-  testing::expect_like_reference(backend, g, what);
-  std::unique_ptr<Kernel> kernel = backend.compile(g, testing::test_options());
-  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(kernel.get());
-  ASSERT_NE(program, nullptr) << what;
-  const std::vector<std::string> impls = program->program().implementations();
-  ASSERT_FALSE(impls.empty()) << what;
-  for (const std::string& impl : impls)
-    EXPECT_FALSE(onednn::is_reference_impl(impl)) << what << ": " << impl;
-}
+using testing::expect_fast_and_like_reference;
 
 TEST(OnednnResample, ClaimedFormsComputeWhatReferenceDoes) {
   const std::vector<Form> nearest = {{"nearest", "asymmetric", "floor"},

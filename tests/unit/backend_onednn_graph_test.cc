@@ -13,6 +13,7 @@
 #include "collage/session.h"
 #include "graph_builder.h"
 #include "models/families.h"
+#include "onednn_test_util.h"
 
 namespace collage {
 namespace {
@@ -204,12 +205,7 @@ TEST(OnednnGraphBackend, BroadcastsRunJitOverMergedDimensions) {
   b.output(b.add1("Relu", {b.add1("Add", {scores, b.random_constant("mask", {1, 8, 1, 7, 7})})}));
   const Graph& g = b.graph();
   expect_like_reference(g, "normalization over the last axis, a 5-D mask");
-  std::unique_ptr<Kernel> kernel = onednn::compile_region(g);
-  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(kernel.get());
-  ASSERT_NE(program, nullptr);
-  const std::vector<std::string> impls = program->program().implementations();
-  EXPECT_GE(impls.size(), 3u);
-  for (const std::string& impl : impls) EXPECT_FALSE(onednn::is_reference_impl(impl)) << impl;
+  testing::expect_no_reference_primitive(*onednn::compile_region(g), "region", 3);
 }
 
 // A style-transfer residual block (conv, instance norm, Relu, conv, instance norm, Add) and
@@ -240,11 +236,7 @@ TEST(OnednnGraphBackend, InstanceNormAndLrnInsideRegions) {
   for (GraphBuilder* b : {&style, &stem}) {
     const Graph& g = b->graph();
     expect_like_reference(g, "region");
-    std::unique_ptr<Kernel> kernel = onednn::compile_region(g);
-    const auto* program = dynamic_cast<const onednn::ProgramKernel*>(kernel.get());
-    ASSERT_NE(program, nullptr);
-    for (const std::string& impl : program->program().implementations())
-      EXPECT_FALSE(onednn::is_reference_impl(impl)) << impl;
+    testing::expect_no_reference_primitive(*onednn::compile_region(g), "region");
   }
 }
 

@@ -199,4 +199,55 @@ std::unique_ptr<Kernel> compile_elementwise(const Graph& sub) {
   return compile_group(sub, emit_elementwise);
 }
 
+bool prelu_takes(const Graph& g, const Node& n) {
+  if (n.op_type != "PRelu" || !n.domain.empty() || n.inputs.size() != 2 || n.outputs.empty())
+    return false;
+  const ValueId x = n.input(0), slope = n.input(1);
+  if (x == kNoValue || slope == kNoValue || slope == x) return false;
+  const Value& xv = g.value(x);
+  const Value& sv = g.value(slope);
+  if (xv.dtype != DType::kFloat32 || sv.dtype != DType::kFloat32 || !sv.is_constant() ||
+      !xv.shape_known || xv.shape.size() < 2 || sv.shape.size() > xv.shape.size() ||
+      sv.constant.numel() == 1)
+    return false;
+  const Shape s = pad_rank(sv.shape, xv.shape.size());
+  for (size_t d = 0; d < s.size(); ++d)
+    if (s[d] != (d == 1 ? xv.shape[1] : 1)) return false;
+  return true;
+}
+
+void emit_prelu(const Graph& sub, ValueMemories& values) {
+  const Node& node = sub.node(0);
+  if (sub.num_nodes() != 1 || !prelu_takes(sub, node)) return emit_elementwise(sub, values);
+  const ValueId x = node.input(0), y = node.outputs[0];
+  const Shape& xs = sub.value(x).shape;
+  if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: PRelu input");
+  const dnnl::memory x_mem = values.as_is(x, xs);
+  Shape slopes(xs.size(), 1);
+  slopes[1] = xs[1];
+  // The slopes in the layout oneDNN picks: with a channel-blocked source, only its own
+  // choice ("any") runs jit (a row-major one ran the reference loop: measured).
+  auto pd = create_pd("prelu", [&] {
+    return dnnl::prelu_forward::primitive_desc(
+        dnnl::prelu_forward::desc(dnnl::prop_kind::forward_inference, x_mem.get_desc(),
+                                  dnnl::memory::desc(to_dims(slopes), dnnl::memory::data_type::f32,
+                                                     dnnl::memory::format_tag::any)),
+        base_attr(), cpu_engine());
+  });
+  if (is_reference_impl(pd.impl_info_str()))
+    fail(ErrorKind::kUnsupported, "onednn: no optimized PRelu for this layout ({})",
+         pd.impl_info_str());
+  Program& program = values.program();
+  const dnnl::memory w =
+      program.constant(sub.value(node.input(1)).constant, plain_md(slopes), pd.weights_desc());
+  const dnnl::memory y_mem = values.destination(y, pd.dst_desc());
+  program.add(dnnl::prelu_forward(pd), pd,
+              {{DNNL_ARG_SRC, x_mem}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, y_mem}});
+  values.produced(y, y_mem);
+}
+
+std::unique_ptr<Kernel> compile_prelu(const Graph& sub) {
+  return compile_group(sub, emit_prelu);
+}
+
 }  // namespace collage::onednn

@@ -197,6 +197,14 @@ std::optional<std::vector<PostOp>> node_post_ops(const Graph& g, const Node& nod
   }
   if (binary_alg(node.op_type)) return binary_post_ops(g, node, cur);
   if (node.input(0) != cur) return std::nullopt;
+  // PRelu with one constant slope is LeakyRelu with that alpha. Slopes per channel run as
+  // the prelu primitive (prelu_takes): oneDNN 2.6's prelu post-op has only a reference
+  // implementation (with a conv or binary primitive, any layout: measured).
+  if (node.op_type == "PRelu") {
+    std::optional<float> slope = scalar_constant(g, node.input(1));
+    if (!slope || node.input(1) == cur) return std::nullopt;
+    return std::vector{eltwise(alg::eltwise_relu, *slope)};
+  }
   for (size_t i = 1; i < node.inputs.size(); ++i)
     if (node.inputs[i] == cur) return std::nullopt;
   return unary_post_ops(g, node);

@@ -21,9 +21,9 @@ std::vector<NodeId> sorted(std::vector<NodeId> v) {
 
 const std::vector<std::string>& unary_ops() {
   static const std::vector<std::string> ops = {
-      "Relu", "LeakyRelu", "Sigmoid",    "Tanh",        "Elu",      "Exp",
-      "Log",  "Sqrt",      "Abs",        "Neg",         "Softplus", "HardSwish",
-      "Mish", "Round",     "Reciprocal", "HardSigmoid", "Gelu",     "Clip"};
+      "Relu",       "LeakyRelu",   "Sigmoid", "Tanh",     "Elu",       "Exp",  "Log",
+      "Sqrt",       "Abs",         "Neg",     "Softplus", "HardSwish", "Mish", "Round",
+      "Reciprocal", "HardSigmoid", "Gelu",    "Clip",     "PRelu"};
   return ops;
 }
 
@@ -52,6 +52,7 @@ const std::vector<Family>& families() {
       {"batch_norm", {"BatchNormalization"}, compile_norm, emit_batch_norm, false},
       {"instance_norm", {"InstanceNormalization"}, compile_norm, emit_instance_norm, false},
       {"lrn", {"LRN"}, compile_norm, emit_lrn, false},
+      {"prelu", {"PRelu"}, compile_prelu, emit_prelu, false},
       // ReduceMean heads the exported LayerNorm decomposition.
       {"norm",
        {"LayerNormalization", "Softmax", "LogSoftmax", "ReduceMean"},

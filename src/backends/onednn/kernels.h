@@ -73,6 +73,12 @@ void emit_lrn(const Graph& subgraph, ValueMemories& values);
 // BatchNormalization (inference, optional Relu), LayerNormalization, Softmax/LogSoftmax,
 // and the exported LayerNorm decomposition.  norm_kernel.cc
 std::unique_ptr<Kernel> compile_norm(const Graph& subgraph);
+// PRelu with constant slopes per channel (dim 1): oneDNN's prelu primitive, in the layout
+// its input has; a single slope is an eltwise relu (emit_prelu passes that, and any chain it
+// heads, to emit_elementwise).  eltwise_kernel.cc
+bool prelu_takes(const Graph& g, const Node& n);
+void emit_prelu(const Graph& subgraph, ValueMemories& values);
+std::unique_ptr<Kernel> compile_prelu(const Graph& subgraph);
 // A chain of elementwise ops (unary, binary with broadcasting, exported GELU).
 // eltwise_kernel.cc
 void emit_elementwise(const Graph& subgraph, ValueMemories& values);

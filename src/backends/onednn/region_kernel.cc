@@ -279,6 +279,7 @@ bool region_node(const Graph& g, const Node& n) {
   }
   if (t == "InstanceNormalization") return instance_norm_takes(g, n);
   if (t == "LRN") return lrn_takes(g, n);
+  if (t == "PRelu" && prelu_takes(g, n)) return true;
   if (t == "Conv" || t == "ConvTranspose") {
     const size_t rank = g.value(n.input(0)).shape.size();
     if (rank < 3 || rank > 5) return false;

@@ -1,0 +1,40 @@
+// Checks shared by the oneDNN backends' tests: a kernel they compile runs oneDNN's optimized
+// primitives, never its reference loops (which compute the same numbers, so a comparison
+// with the reference backend alone would not notice a slow path).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend_test_util.h"
+#include "backends/onednn/dnnl_common.h"
+#include "backends/onednn/region_kernel.h"
+#include "collage/backend.h"
+
+namespace collage::testing {
+
+// `kernel` is a oneDNN program of at least `min_primitives` primitives, none of them a
+// reference implementation.
+inline void expect_no_reference_primitive(const Kernel& kernel, const std::string& what,
+                                          size_t min_primitives = 1) {
+  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(&kernel);
+  ASSERT_NE(program, nullptr) << what << ": not a oneDNN program";
+  const std::vector<std::string> impls = program->program().implementations();
+  EXPECT_GE(impls.size(), min_primitives) << what;
+  for (const std::string& impl : impls)
+    EXPECT_FALSE(onednn::is_reference_impl(impl)) << what << ": " << impl;
+}
+
+// The kernel `backend` compiles for the whole of `g` computes what the reference backend
+// does, with no reference primitive.
+inline void expect_fast_and_like_reference(Backend& backend, const Graph& g,
+                                           const std::string& what) {
+  expect_like_reference(backend, g, what);
+  std::unique_ptr<Kernel> kernel = backend.compile(g, test_options());
+  expect_no_reference_primitive(*kernel, what);
+}
+
+}  // namespace collage::testing
