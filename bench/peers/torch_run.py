@@ -20,6 +20,9 @@ Prints one JSON object: {"mode", "device", "tf32", "median_ms", "min_ms", "runs"
 the ONNX test-data files of --inputs (input_0.pb, ...); --write-inputs saves them there for
 `collage run --inputs`. --compare DIR checks the outputs against output_K.pb files (max
 |diff| <= 1e-3 x max |reference|, the bench's rule for ONNX Runtime too).
+
+ctest's models_torch_peer_* (tests/models/torch_peer_check.sh) check it against collage's
+reference backend on every small zoo model, on the CPU.
 """
 
 import argparse
@@ -50,7 +53,7 @@ def attrs_of(node):
 
 
 def ints(t):
-    return [int(v) for v in t.flatten().tolist()]
+    return [int(v) for v in t]
 
 
 def pad_for(pads, n):
@@ -116,21 +119,26 @@ class OnnxModule(torch.nn.Module):
     def __init__(self, model, device):
         super().__init__()
         g = model.graph
+        # Shapes, axes, pads and pad values the ops read as Python numbers (small constants
+        # as flat lists): torch.compile's tracer cannot read numpy arrays held by the module
+        # (an AssertionError in wrap_numpy_ndarray on the exported transformers' axes).
         self.consts = {}
+        self.tensors = {}
         for init in g.initializer:
-            arr = onnx.numpy_helper.to_array(init)
-            self.consts[init.name] = arr
-        self.tensors = {name: torch.from_numpy(np.array(arr, copy=True)).to(device)
-                        for name, arr in self.consts.items()}
+            self.add_constant(init.name, onnx.numpy_helper.to_array(init), device)
         for node in g.node:  # Constant nodes are constants too
             if node.op_type == "Constant":
-                arr = onnx.numpy_helper.to_array(attrs_of(node)["value"])
-                self.consts[node.output[0]] = arr
-                self.tensors[node.output[0]] = torch.from_numpy(np.array(arr, copy=True)).to(device)
+                self.add_constant(node.output[0],
+                                  onnx.numpy_helper.to_array(attrs_of(node)["value"]), device)
         self.nodes = [(n, attrs_of(n)) for n in g.node if n.op_type != "Constant"]
-        names = set(self.consts)
+        names = set(self.tensors)
         self.input_names = [i.name for i in g.input if i.name not in names]
         self.output_names = [o.name for o in g.output]
+
+    def add_constant(self, name, arr, device):
+        self.tensors[name] = torch.from_numpy(np.array(arr, copy=True)).to(device)
+        if arr.size <= 64:
+            self.consts[name] = arr.flatten().tolist()
 
     def forward(self, *inputs):
         env = dict(self.tensors)
@@ -234,7 +242,7 @@ class OnnxModule(torch.nn.Module):
             return torch.clamp(x[0], lo, hi)
         if op == "Pad":
             pads = ints(c[node.input[1]])
-            value = float(c[node.input[2]].item()) if len(node.input) > 2 and node.input[2] else 0.0
+            value = float(c[node.input[2]][0]) if len(node.input) > 2 and node.input[2] else 0.0
             if a.get("mode", b"constant") not in (b"constant", "constant"):
                 raise NotImplementedError("Pad mode")
             return F.pad(x[0], pad_for(pads, x[0].dim()), value=value)
