@@ -410,6 +410,37 @@ TEST(HalideBackend, PadInEveryModeLikeReference) {
   expect_like_reference(b.graph(), "Relu, reflection Pad, Mul");
 }
 
+// Comparisons (of floats and of int64 ids) and logic on the masks they make, fused with the
+// Where that reads them, and a bool graph output, on random shapes with broadcasting.
+TEST(HalideBackend, ComparisonsAndLogicFusedWithTheirWhere) {
+  std::mt19937 rng(31);
+  const char* compares[] = {"Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Equal"};
+  const char* logic[] = {"And", "Or", "Xor"};
+  for (int trial = 0; trial < 5; ++trial) {
+    GraphBuilder b;
+    const int64_t rows = pick(rng, 1, 6), cols = pick(rng, 2, 40);
+    ValueId x = b.input("x", DType::kFloat32, {2, rows, cols});
+    ValueId ids = b.input("ids", DType::kInt64, {2, 1, cols});
+    ValueId near = b.add1(compares[trial], {x, b.constant("t", Tensor::scalar(0.25f))});
+    ValueId pad = b.add1("Equal", {ids, b.constant("pad", Tensor::scalar<int64_t>(1))});
+    ValueId kept_ids = b.add1("Not", {pad});
+    ValueId keep = b.add1(logic[trial % 3], {near, kept_ids});
+    ValueId y = b.add1("Where", {keep, x, b.constant("fill", Tensor::scalar(-1e4f))});
+    b.output(y);
+    b.output(keep);
+    // Values on a 0.25 grid: some exactly at the threshold, where the comparisons differ.
+    std::vector<float> xs(2 * rows * cols);
+    for (float& v : xs) v = 0.25f * static_cast<float>(pick(rng, -4, 4));
+    std::vector<int64_t> id_values(2 * cols);
+    for (int64_t& id : id_values) id = pick(rng, 0, 2);
+    const std::vector<Tensor> inputs = {Tensor::from_vector<float>({2, rows, cols}, xs),
+                                        Tensor::from_vector<int64_t>({2, 1, cols}, id_values)};
+    const std::string what = std::string(compares[trial]) + " " + logic[trial % 3];
+    EXPECT_TRUE(testing::has_match(halide(), b.graph(), {near, pad, kept_ids, keep, y})) << what;
+    testing::expect_like_reference(halide(), b.graph(), inputs, what);
+  }
+}
+
 TEST(HalideBackend, RefusesWhatItCannotGenerate) {
   GraphBuilder b;
   ValueId x = b.input("x", DType::kFloat32, {4, 4});

@@ -47,6 +47,20 @@ const std::set<std::string> kLayout = {"Transpose", "Expand", "Slice", "Concat",
 // Ops with a lowering of their own (no kind-wide rule).
 const std::set<std::string> kOther = {"Gather", "Where",    "LayerNormalization",
                                       "Resize", "Upsample", "Pad"};
+// Ops producing a bool (stored as UInt(8), 0 or 1): comparisons of numbers (a mask from
+// positions or ids, `x > 0`), logic on bools (masks combined). Exporters write them around
+// a Where; on `reference` alone they cut the kernel that holds the Where.
+const std::set<std::string> kCompare = {"Equal", "Greater", "GreaterOrEqual", "Less",
+                                        "LessOrEqual"};
+const std::set<std::string> kLogical = {"And", "Or", "Xor", "Not"};
+
+bool makes_bool(const std::string& op) {
+  return kCompare.count(op) || kLogical.count(op);
+}
+
+bool number_dtype(DType t) {
+  return t == DType::kFloat32 || t == DType::kInt64 || t == DType::kInt32;
+}
 
 // Ops that move elements without computing on them: their data may be any type a buffer
 // holds (GPT-2 reshapes int64 input_ids, a bool mask may be transposed).
@@ -353,6 +367,12 @@ class Lowerer {
       results.push_back(lower_reduce(n, *ins[0], name));
     } else if (kSoftmax.count(op)) {
       results.push_back(lower_softmax(n, *ins[0], name));
+    } else if (makes_bool(op)) {
+      results.push_back(define(name, oshape, [&](const Index& i) {
+        std::vector<Expr> a;
+        for (const Val* v : ins) a.push_back(at_broadcast(*v, oshape, i));
+        return Halide::cast<uint8_t>(predicate(op, a));
+      }));
     } else if (op == "Where") {
       results.push_back(define(name, oshape, [&](const Index& i) {
         Expr c = at_broadcast(*ins[0], oshape, i);
@@ -473,6 +493,20 @@ class Lowerer {
       }
     }
     return Halide::pow(base, e);
+  }
+
+  // A comparison of two numbers or logic on bools (nonzero is true), as a boolean Expr.
+  static Expr predicate(const std::string& op, const std::vector<Expr>& a) {
+    if (op == "Equal") return a[0] == a[1];
+    if (op == "Greater") return a[0] > a[1];
+    if (op == "GreaterOrEqual") return a[0] >= a[1];
+    if (op == "Less") return a[0] < a[1];
+    if (op == "LessOrEqual") return a[0] <= a[1];
+    auto truth = [](const Expr& x) { return x != Halide::cast(x.type(), 0); };
+    if (op == "Not") return !truth(a[0]);
+    if (op == "And") return truth(a[0]) && truth(a[1]);
+    if (op == "Or") return truth(a[0]) || truth(a[1]);
+    return truth(a[0]) != truth(a[1]);  // Xor
   }
 
   Expr binary(const Node& n, const std::vector<Expr>& a) {
@@ -1039,8 +1073,27 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
   if (!n.domain.empty()) return "domain " + n.domain;
   const std::string& op = n.op_type;
   if (!kUnary.count(op) && !kBinary.count(op) && !kReduce.count(op) && !kSoftmax.count(op) &&
-      !kReshape.count(op) && !kLayout.count(op) && !kOther.count(op))
+      !kReshape.count(op) && !kLayout.count(op) && !kOther.count(op) && !makes_bool(op))
     return "op not lowered";
+  if (makes_bool(op)) {
+    if (n.outputs.size() != 1 || n.inputs.size() != (op == "Not" ? 1u : 2u))
+      return "not one output and its inputs";
+    const DType in = g.value(n.inputs[0]).dtype;
+    for (ValueId v : n.inputs)
+      if (v == kNoValue || g.value(v).dtype != in) return "inputs of different types";
+    if (kCompare.count(op) ? !number_dtype(in) : in != DType::kBool)
+      return fmt::format("{} of {}", op, dtype_name(in));
+    if (g.opset < 7) return "legacy broadcasting";
+    for (ValueId v : {n.inputs[0], n.input(1), n.outputs[0]}) {
+      if (v == kNoValue) continue;
+      const Value& val = g.value(v);
+      if (!val.shape_known) return "unknown shape";
+      if (val.shape.size() > 16) return "rank > 16";
+      if (shape_numel(val.shape) == 0) return "empty tensor";
+      if (shape_numel(val.shape) >= (int64_t{1} << 31)) return "tensor over 2^31 elements";
+    }
+    return "";
+  }
   if (op == "Resize" &&
       n.attr_string("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize")
     return "tf_crop_and_resize (extrapolated samples)";
