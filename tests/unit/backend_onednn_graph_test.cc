@@ -481,6 +481,30 @@ TEST(OnednnGraphBackend, SiluFusedAsSwish) {
   testing::expect_like_reference(onednn, alone.graph(), "SiLU alone");
 }
 
+// x * HardSigmoid(x, alpha 1/6) is HardSwish (MobileNetV3 at opset 13): the conv's post-op,
+// in the conv's own group and inside a region; another alpha is not, and stays two steps.
+TEST(OnednnGraphBackend, HardSwishFusedIntoTheConv) {
+  auto hard_sigmoid = [](GraphBuilder& b, ValueId v, float alpha) {
+    return b.add1("HardSigmoid", {v}, {{"alpha", testing::attr_f(alpha)}});
+  };
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 16, 9, 9});
+  ValueId c = conv(b, x, 16, 24, 3);
+  ValueId gate = hard_sigmoid(b, c, 1.0f / 6.0f);
+  ValueId swish = b.add1("Mul", {c, gate});
+  ValueId c2 = conv(b, swish, 24, 24, 1);
+  ValueId gate2 = hard_sigmoid(b, c2, 0.2f);
+  ValueId other = b.add1("Mul", {gate2, c2});
+  b.output(conv(b, other, 24, 8, 1));
+  expect_like_reference(b.graph(), "conv + HardSwish, conv + x * HardSigmoid(x, 0.2)");
+  testing::expect_no_reference_primitive(*onednn::compile_region(b.graph()), "region");
+  Backend& onednn = BackendRegistry::global().get("onednn");
+  EXPECT_TRUE(testing::has_match(onednn, b.graph(), {c, gate, swish}))
+      << "conv + HardSigmoid(1/6) + Mul is not one onednn group";
+  EXPECT_FALSE(testing::has_match(onednn, b.graph(), {c2, gate2, other}))
+      << "x * HardSigmoid(x, 0.2) taken for HardSwish";
+}
+
 // NASNet's branches each apply their own Relu (and pool) to one cell input: a region
 // computes each once.
 TEST(OnednnGraphBackend, RepeatedComputationsMergedInRegion) {

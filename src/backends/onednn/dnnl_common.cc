@@ -23,7 +23,7 @@ std::string backend_version() {
   // rewritten buffers share one arena (Program::finalize). 7: regions run independent
   // steps in concurrent stages where measured faster (program_lanes.cc); 8: stages judged
   // inside whole runs. 9: binary broadcasts over merged dimensions (eltwise_kernel.cc).
-  constexpr int kKernelRevision = 9;
+  constexpr int kKernelRevision = 10;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

@@ -38,7 +38,8 @@ std::string library_version();  // "2.6.3"
 // r4: onednn-graph regions run a 1x1 conv and the depthwise conv after it as one primitive.
 // r6: buffer reuse; r7, r8: concurrent stages inside regions. r9: broadcasts over merged
 // dimensions where oneDNN runs the given shape in its reference loop.
-std::string backend_version();  // "2.6.3+r9"
+// r10: x * HardSigmoid(x, 1/6) fused as HardSwish; PRelu with per-channel slopes.
+std::string backend_version();  // "2.6.3+r10"
 std::string effective_isa();    // e.g. "avx512_core_bf16"
 
 // A rank-0 shape becomes {1}: oneDNN has no scalars.

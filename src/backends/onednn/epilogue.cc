@@ -325,8 +325,13 @@ std::optional<TailStep> match_swish(const Graph& g, const Consumers& consumers, 
   if (!is_f32(g, x)) return std::nullopt;
   for (NodeId s_id : consumers[x]) {
     const Node& s = g.node(s_id);
-    if (s.op_type != "Sigmoid" || !s.domain.empty() || !single_output(s) || s.input(0) != x)
-      continue;
+    if (!s.domain.empty() || !single_output(s) || s.input(0) != x) continue;
+    // x * HardSigmoid(x) with alpha 1/6 and beta 1/2 is HardSwish (opset 13 has no op for
+    // it: PyTorch exports nn.Hardswish so), x * Sigmoid(x) Swish with beta 1.
+    const bool hard = s.op_type == "HardSigmoid" &&
+                      std::abs(s.attr_float("alpha", 0.2f) - 1.0f / 6.0f) <= 1e-7f &&
+                      s.attr_float("beta", 0.5f) == 0.5f;
+    if (s.op_type != "Sigmoid" && !hard) continue;
     NodeId m_id;
     const Node* m = sole_reader(g, consumers, s.outputs[0], "Mul", &m_id);
     if (!m || other_input(*m, s.outputs[0]) != std::optional<ValueId>(x) ||
@@ -337,7 +342,9 @@ std::optional<TailStep> match_swish(const Graph& g, const Consumers& consumers, 
     if (whole_reader)
       for (NodeId r : consumers[x])
         if (!std::binary_search(nodes.begin(), nodes.end(), r)) return std::nullopt;
-    return TailStep{nodes, m->outputs[0], {eltwise(alg::eltwise_swish, 1.0f)}};
+    return TailStep{nodes,
+                    m->outputs[0],
+                    {hard ? eltwise(alg::eltwise_hardswish) : eltwise(alg::eltwise_swish, 1.0f)}};
   }
   return std::nullopt;
 }

@@ -44,8 +44,10 @@ std::optional<std::vector<PostOp>> node_post_ops(const Graph& g, const Node& nod
 std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, ValueId x,
                                    bool whole_reader);
 
-// x * Sigmoid(x) (SiLU; Swish with beta 1, as PyTorch exports nn.SiLU) reading `x`: its two
-// nodes and output, one eltwise_swish. With `whole_reader`, x is read by those two alone.
+// x * Sigmoid(x) (SiLU; Swish with beta 1, as PyTorch exports nn.SiLU) or x *
+// HardSigmoid(x) with alpha 1/6, beta 1/2 (HardSwish, as opset 13 exports nn.Hardswish)
+// reading `x`: its two nodes and output, one eltwise_swish or eltwise_hardswish. With
+// `whole_reader`, x is read by those two alone.
 std::optional<TailStep> match_swish(const Graph& g, const Consumers& consumers, ValueId x,
                                     bool whole_reader);
 
