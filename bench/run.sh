@@ -184,6 +184,17 @@ for model in $MODELS; do
     continue
   fi
 
+  # The written plan must run before anything is timed: a plan that cannot (a kernel that
+  # compiled when measured and not in the session) is a result to report, not a reason to
+  # stop the whole run.
+  if ! "$COLLAGE" run "$onnx" --plan "$dir/plan.json" --threads "$THREADS" --repeat 1 \
+    >"$dir/plan_check.log" 2>&1; then
+    meta "$dir" model="$model" gflops="$gflops" \
+      status="plan does not run: $(tail -1 "$dir/plan_check.log")"
+    say "  the tuned plan does not run: $(tail -1 "$dir/plan_check.log")"
+    continue
+  fi
+
   ort_status="n/a"
   if [ $ort_ok = 1 ]; then
     say "[$n/$total] $model: checking ONNX Runtime's outputs against collage's"
@@ -198,7 +209,8 @@ for model in $MODELS; do
         "$dir/ort_check.json")"
       say "  outputs: $ort_status"
     else
-      ort_status="ORT failed: $(tail -1 "$dir/ort_check.log" "$dir/run.log" 2>/dev/null | grep -v '^==>' | grep . | tail -1)"
+      ort_status="ORT failed: $(tail -1 "$dir/ort_check.log" "$dir/run.log" 2>/dev/null |
+        grep -v '^==>' | grep . | tail -1 || true)"
       say "  $ort_status"
       rm -f "$dir/ort_check.json"
     fi

@@ -175,5 +175,31 @@ TEST(OnednnResample, UpsamplingInsideARegionAndWithATail) {
   }
 }
 
+// An ASPP pooling branch (DeepLabV3): global pool, 1x1 conv, Relu, resized back to the
+// feature map's size. The [1,C,1,1] the conv writes in channels-last strides compares equal
+// to row-major, and that pair ran oneDNN's reference resampling: a tuned plan holding this
+// region failed to compile. Several channel counts, since the conv's layout depends on it.
+// (DeepLabV3 then concatenates it with the other branches: a concat of mixed layouts is
+// oneDNN's "ref" concat, reorders into the slices, which this test leaves out.)
+TEST(OnednnResample, UpsamplingAOneByOneValueInsideARegion) {
+  for (int64_t channels : {16, 24, 64, 256}) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 32, 10, 10});
+    ValueId features = b.add1(
+        "Conv",
+        {x, b.random_constant("f_w", {channels, 32, 3, 3}), b.random_constant("f_b", {channels})},
+        {{"pads", testing::attr_ints({1, 1, 1, 1})}});
+    ValueId pooled = b.add1("GlobalAveragePool", {features});
+    ValueId squeezed = b.add1(
+        "Relu", {b.add1("Conv", {pooled, b.random_constant("p_w", {channels, channels, 1, 1}),
+                                 b.random_constant("p_b", {channels})})});
+    ValueId back = resize(b, squeezed, {10, 10}, Form{"linear", "half_pixel", ""}, true);
+    b.output(features);
+    b.output(back);
+    expect_fast_and_like_reference(onednn_graph(), b.graph(),
+                                   std::to_string(channels) + " channels");
+  }
+}
+
 }  // namespace
 }  // namespace collage

@@ -25,7 +25,8 @@ inline void expect_no_reference_primitive(const Kernel& kernel, const std::strin
   const std::vector<std::string> impls = program->program().implementations();
   EXPECT_GE(impls.size(), min_primitives) << what;
   for (const std::string& impl : impls)
-    EXPECT_FALSE(onednn::is_reference_impl(impl)) << what << ": " << impl;
+    EXPECT_FALSE(onednn::is_reference_impl(impl))
+        << what << ": " << impl << " of " << ::testing::PrintToString(impls);
 }
 
 // The kernel `backend` compiles for the whole of `g` computes what the reference backend

@@ -112,15 +112,52 @@ void emit_resample(const Graph& sub, ValueMemories& values) {
   std::vector<bool> covered(sub.num_nodes(), false);
   covered[0] = true;
   Tail tail = parse_tail(sub, y, covered);
-  const dnnl::memory src = values.as_is(x, xs);
-  // The output in the input's layout (format_tag::any follows the source).
-  const dnnl::memory::desc dst_md =
-      is_plain(src.get_desc()) ? plain_md(ys) : dnnl::memory::desc(to_dims(ys), dt::f32, tag::any);
+  auto runs_jit = [&](const dnnl::memory::desc& src_md, const dnnl::memory::desc& dst_md) {
+    try {
+      dnnl::resampling_forward::primitive_desc pd(
+          dnnl::resampling_forward::desc(dnnl::prop_kind::forward_inference, *alg, src_md, dst_md),
+          base_attr(), cpu_engine());
+      return !is_reference_impl(pd.impl_info_str());
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  };
+  // The output in the input's layout (format_tag::any follows the source), where oneDNN runs
+  // that jit. Else both in the first of these layouts it does: channel-blocked (what the
+  // region's convs and concats keep), channels-last, row-major. (A [1,C,1,1] value a
+  // channels-last conv wrote, DeepLabV3's pooling branch, compares equal to row-major, so
+  // its destination was row-major and the mixed pair ran the reference loop: a tuned plan
+  // holding that region failed to compile.)
+  dnnl::memory src = values.as_is(x, xs);
+  dnnl::memory::desc src_md = src.get_desc();
+  dnnl::memory::desc dst_md =
+      is_plain(src_md) ? plain_md(ys) : dnnl::memory::desc(to_dims(ys), dt::f32, tag::any);
+  if (!runs_jit(src_md, dst_md)) {
+    const size_t rank = xs.size();
+    std::vector<tag> tags = {rank == 3   ? tag::nCw16c
+                             : rank == 4 ? tag::nChw16c
+                                         : tag::nCdhw16c,
+                             rank == 3   ? tag::nwc
+                             : rank == 4 ? tag::nhwc
+                                         : tag::ndhwc,
+                             rank == 3   ? tag::ncw
+                             : rank == 4 ? tag::nchw
+                                         : tag::ncdhw};
+    for (tag t : tags) {
+      const dnnl::memory::desc in(to_dims(xs), dt::f32, t), out(to_dims(ys), dt::f32, t);
+      if (!runs_jit(in, out)) continue;
+      // Equal descriptions (oneDNN ignores the strides of size-1 dims) are the same bytes:
+      // the primitive is made for `in` and reads the memory as it is.
+      if (!(src_md == in)) src = values.read(x, in);
+      src_md = in;
+      dst_md = out;
+      break;
+    }
+  }
   auto make_pd = [&](const dnnl::primitive_attr& attr) {
     return create_pd("resampling", [&] {
       return dnnl::resampling_forward::primitive_desc(
-          dnnl::resampling_forward::desc(dnnl::prop_kind::forward_inference, *alg, src.get_desc(),
-                                         dst_md),
+          dnnl::resampling_forward::desc(dnnl::prop_kind::forward_inference, *alg, src_md, dst_md),
           attr, cpu_engine());
     });
   };
