@@ -1076,23 +1076,12 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
       !kReshape.count(op) && !kLayout.count(op) && !kOther.count(op) && !makes_bool(op))
     return "op not lowered";
   if (makes_bool(op)) {
+    // Its operands' types are checked with every op's below.
     if (n.outputs.size() != 1 || n.inputs.size() != (op == "Not" ? 1u : 2u))
       return "not one output and its inputs";
-    const DType in = g.value(n.inputs[0]).dtype;
     for (ValueId v : n.inputs)
-      if (v == kNoValue || g.value(v).dtype != in) return "inputs of different types";
-    if (kCompare.count(op) ? !number_dtype(in) : in != DType::kBool)
-      return fmt::format("{} of {}", op, dtype_name(in));
-    if (g.opset < 7) return "legacy broadcasting";
-    for (ValueId v : {n.inputs[0], n.input(1), n.outputs[0]}) {
-      if (v == kNoValue) continue;
-      const Value& val = g.value(v);
-      if (!val.shape_known) return "unknown shape";
-      if (val.shape.size() > 16) return "rank > 16";
-      if (shape_numel(val.shape) == 0) return "empty tensor";
-      if (shape_numel(val.shape) >= (int64_t{1} << 31)) return "tensor over 2^31 elements";
-    }
-    return "";
+      if (v == kNoValue || g.value(v).dtype != g.value(n.inputs[0]).dtype)
+        return "inputs of different types";
   }
   if (op == "Resize" &&
       n.attr_string("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize")
@@ -1105,8 +1094,12 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
   for (ValueId v : n.outputs) {
     if (v == kNoValue) continue;
     const Value& val = g.value(v);
-    if (moves_data(op) ? !buffer_dtype(val.dtype) : val.dtype != DType::kFloat32)
+    if (makes_bool(op)) {
+      if (val.dtype != DType::kBool)
+        return fmt::format("output of type {}, not bool", dtype_name(val.dtype));
+    } else if (moves_data(op) ? !buffer_dtype(val.dtype) : val.dtype != DType::kFloat32) {
       return fmt::format("output of type {}, not float32", dtype_name(val.dtype));
+    }
     if (!val.shape_known) return "unknown shape";
     if (val.shape.size() > 16) return "rank > 16";
     int64_t numel = 1;
@@ -1124,6 +1117,10 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
       if (val.dtype != DType::kInt64 && val.dtype != DType::kInt32) return "indices not int32/64";
     } else if (op == "Where" && i == 0) {
       if (val.dtype != DType::kBool) return "condition is not bool";
+    } else if (makes_bool(op)) {
+      if (kCompare.count(op) ? !number_dtype(val.dtype) : val.dtype != DType::kBool)
+        return fmt::format("{} of {}", op, dtype_name(val.dtype));
+      if (!val.shape_known) return "unknown shape";
     } else if (moves_data(op) ? !buffer_dtype(val.dtype) : val.dtype != DType::kFloat32) {
       return fmt::format("input of type {}, not float32", dtype_name(val.dtype));
     }
@@ -1132,7 +1129,8 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
     for (int64_t d : val.shape) numel *= d;
     if (numel == 0) return "empty tensor";
   }
-  if (n.has_attr("broadcast") || ((kBinary.count(op)) && g.opset < 7)) return "legacy broadcasting";
+  if (n.has_attr("broadcast") || ((kBinary.count(op) || makes_bool(op)) && g.opset < 7))
+    return "legacy broadcasting";
   if (op == "Cast" && g.value(n.inputs[0]).dtype != DType::kFloat32) return "cast from non-float";
   if (kReduce.count(op)) return reduce_axes_reason(g, n);
   if (op == "Split" && std::count(n.outputs.begin(), n.outputs.end(), kNoValue) > 0)
