@@ -23,7 +23,9 @@ std::string backend_version() {
   // rewritten buffers share one arena (Program::finalize). 7: regions run independent
   // steps in concurrent stages where measured faster (program_lanes.cc); 8: stages judged
   // inside whole runs. 9: binary broadcasts over merged dimensions (eltwise_kernel.cc).
-  constexpr int kKernelRevision = 10;
+  // 10: x * HardSigmoid(x, 1/6) is one hardswish post-op (epilogue.cc). 11: a concatenation
+  // of inputs in different layouts keeps an activation layout (layout_kernel.cc).
+  constexpr int kKernelRevision = 11;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

@@ -112,6 +112,11 @@ void emit_layout(const Graph& subgraph, ValueMemories& values);
 // `shape` in the layout `like` is in when that is an activation layout oneDNN picks
 // (channel-blocked or channels-last, rank 3-5), else row-major.
 dnnl::memory::desc layout_like(const dnnl::memory::desc& like, const Shape& shape);
+// The layouts to try, best first, for the result of concatenating values in layouts `mds`
+// along `axis` into `shape`: never row-major first when the inputs are in activation
+// layouts (layout_kernel.cc).
+std::vector<dnnl::memory::desc> concat_layouts(const std::vector<dnnl::memory::desc>& mds,
+                                               const Shape& shape, int64_t axis);
 // `shape` channels-last (rank 3-5), else nullopt.
 std::optional<dnnl::memory::desc> channels_last_md(const Shape& shape);
 // `region` with each zero Pad of spatial dims whose readers are all convolutions or average

@@ -251,6 +251,68 @@ void emit_permutation(ValueMemories& values, ValueId x, const Shape& in,
   values.produced(y, dst);
 }
 
+// The layout a direct convolution reading `shape` (rank 3-5) picks, or nullopt: what the
+// readers of a concatenation in a CNN usually want.
+std::optional<dnnl::memory::desc> conv_source_layout(const Shape& shape) {
+  if (shape.size() < 3 || shape.size() > 5) return std::nullopt;
+  const Dims src = to_dims(shape);
+  Dims weights = {src[1], src[1]};
+  weights.insert(weights.end(), src.size() - 2, 1);
+  const Dims ones(src.size() - 2, 1), zeros(src.size() - 2, 0);
+  try {
+    const dnnl::convolution_forward::primitive_desc pd(
+        dnnl::convolution_forward::desc(
+            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+            dnnl::memory::desc(src, dt::f32, tag::any),
+            dnnl::memory::desc(weights, dt::f32, tag::any), dnnl::memory::desc(),
+            dnnl::memory::desc(src, dt::f32, tag::any), ones, zeros, zeros),
+        base_attr(), cpu_engine());
+    return pd.src_desc();
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+// The layouts to try for a concatenation of `mds` into `ys`, best first. The inputs' common
+// layout when they share one (the simple concat then copies whole blocks; oneDNN refuses it
+// when a slice would split a block). Inputs in different layouts (a Winograd branch beside
+// direct ones) are reordered each into its slice of the result: in the layout a convolution
+// reading it picks when one of them is already in it, else in each input's own activation
+// layout, most elements first. Measured on GoogLeNet's inception blocks (channels-last and
+// channel-blocked branches): a row-major result cost the concat's reorders plus a reorder
+// back to channels-last for every reader. Row-major last.
+std::vector<dnnl::memory::desc> concat_layouts(const std::vector<dnnl::memory::desc>& mds,
+                                               const Shape& ys, int64_t axis) {
+  std::vector<dnnl::memory::desc> candidates;
+  auto add = [&](const dnnl::memory::desc& md) {
+    if (!is_plain(md) && std::find(candidates.begin(), candidates.end(), md) == candidates.end())
+      candidates.push_back(md);
+  };
+  const std::optional<tag> first = activation_tag(mds[0]);
+  const bool shared = first && std::all_of(mds.begin(), mds.end(), [&](const auto& md) {
+                        return activation_tag(md) == first;
+                      });
+  if (shared) add(layout_like(mds[0], ys));
+  if (!shared && axis == 1) {
+    std::vector<const dnnl::memory::desc*> by_size;
+    for (const dnnl::memory::desc& md : mds)
+      if (activation_tag(md)) by_size.push_back(&md);
+    std::stable_sort(by_size.begin(), by_size.end(),
+                     [](const auto* a, const auto* b) { return a->get_size() > b->get_size(); });
+    if (std::optional<dnnl::memory::desc> conv = conv_source_layout(ys))
+      if (std::any_of(by_size.begin(), by_size.end(),
+                      [&](const auto* md) { return activation_tag(*md) == activation_tag(*conv); }))
+        add(*conv);
+    for (const dnnl::memory::desc* md : by_size) add(layout_like(*md, ys));
+  }
+  candidates.push_back(plain_md(ys));
+  return candidates;
+}
+
+namespace {
+
 void emit_concat(const Graph& sub, ValueMemories& values) {
   const Node& n = sub.node(0);
   const ValueId y = n.outputs[0];
@@ -273,15 +335,7 @@ void emit_concat(const Graph& sub, ValueMemories& values) {
     mds.push_back(srcs.back().get_desc());
   }
   if (srcs.empty()) fail(ErrorKind::kUnsupported, "onednn: Concat of empty inputs");
-  // The inputs' common layout when they share one (the simple concat then copies whole
-  // blocks); oneDNN refuses it when a channel slice would split a block. Else row-major.
-  std::vector<dnnl::memory::desc> candidates;
-  const dnnl::memory::desc first = layout_like(mds[0], ys);
-  if (!is_plain(first) && std::all_of(mds.begin(), mds.end(), [&](const auto& md) {
-        return activation_tag(md) == activation_tag(mds[0]);
-      }))
-    candidates.push_back(first);
-  candidates.push_back(plain_md(ys));
+  std::vector<dnnl::memory::desc> candidates = concat_layouts(mds, ys, axis);
   std::optional<dnnl::concat::primitive_desc> pd;
   for (const dnnl::memory::desc& dst_md : candidates) {
     try {
