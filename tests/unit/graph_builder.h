@@ -106,4 +106,11 @@ inline ValueId decomposed_layer_norm(GraphBuilder& b, ValueId x, int64_t hidden,
   return b.add1("Add", {s, b.random_constant("beta", {hidden})});
 }
 
+// GELU as torch.onnx exports nn.GELU() below opset 20: x * (1 + Erf(x / sqrt 2)) * 0.5.
+inline ValueId erf_gelu(GraphBuilder& b, ValueId x) {
+  ValueId e = b.add1("Erf", {b.add1("Div", {x, b.constant("sqrt2", Tensor::scalar(1.4142135f))})});
+  ValueId one_plus = b.add1("Add", {e, b.constant("one", Tensor::scalar(1.0f))});
+  return b.add1("Mul", {b.add1("Mul", {x, one_plus}), b.constant("half", Tensor::scalar(0.5f))});
+}
+
 }  // namespace collage::testing

@@ -24,8 +24,9 @@ std::string backend_version() {
   // steps in concurrent stages where measured faster (program_lanes.cc); 8: stages judged
   // inside whole runs. 9: binary broadcasts over merged dimensions (eltwise_kernel.cc).
   // 10: x * HardSigmoid(x, 1/6) is one hardswish post-op (epilogue.cc). 11: a concatenation
-  // of inputs in different layouts keeps an activation layout (layout_kernel.cc).
-  constexpr int kKernelRevision = 11;
+  // of inputs in different layouts keeps an activation layout (layout_kernel.cc). 12: regions hold
+  // the LayerNorm decomposition, LayerNormalization, Softmax and erf GELUs (norm_kernel.cc).
+  constexpr int kKernelRevision = 12;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
@@ -311,6 +312,10 @@ void Program::run(std::span<const Tensor> inputs, std::span<const Tensor> output
     }
   }
   dnnl_stream_wait(stream_.get());
+}
+
+bool is_graph_output(const Graph& g, ValueId v) {
+  return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
 }
 
 int input_index(const Graph& subgraph, ValueId value) {

@@ -233,6 +233,8 @@ class ProgramKernel : public Kernel {
   Program program_;
 };
 
+// Whether `v` is one of `g`'s outputs.
+bool is_graph_output(const Graph& g, ValueId v);
 // Index of `value` in subgraph.inputs, or -1.
 int input_index(const Graph& subgraph, ValueId value);
 // Throws kUnsupported unless `value` is float32.

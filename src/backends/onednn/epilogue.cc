@@ -155,10 +155,6 @@ std::optional<std::vector<PostOp>> binary_post_ops(const Graph& g, const Node& n
   return std::vector{eltwise(alg::eltwise_pow, 1.0f, -1.0f), op};
 }
 
-bool is_graph_output(const Graph& g, ValueId v) {
-  return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
-}
-
 // A value read only by `reader` and not a graph output: it may stay inside a kernel.
 bool interior(const Graph& g, const Consumers& consumers, ValueId v, NodeId reader) {
   return consumers[v].size() == 1 && consumers[v][0] == reader && !is_graph_output(g, v);
@@ -347,6 +343,17 @@ std::optional<TailStep> match_swish(const Graph& g, const Consumers& consumers, 
                     {hard ? eltwise(alg::eltwise_hardswish) : eltwise(alg::eltwise_swish, 1.0f)}};
   }
   return std::nullopt;
+}
+
+std::optional<TailStep> gelu_around_erf(const Graph& g, const Consumers& consumers,
+                                        const Node& erf) {
+  if (erf.op_type != "Erf" || !erf.domain.empty() || erf.input(0) == kNoValue) return std::nullopt;
+  const NodeId scale = g.value(erf.input(0)).producer;
+  if (scale < 0 || g.node(scale).input(0) == kNoValue) return std::nullopt;
+  std::optional<TailStep> gelu = match_gelu(g, consumers, g.node(scale).input(0), false);
+  if (!gelu || std::find(gelu->nodes.begin(), gelu->nodes.end(), scale) == gelu->nodes.end())
+    return std::nullopt;
+  return gelu;
 }
 
 std::optional<TailStep> match_fused_activation(const Graph& g, const Consumers& consumers,

@@ -44,6 +44,11 @@ std::optional<std::vector<PostOp>> node_post_ops(const Graph& g, const Node& nod
 std::optional<TailStep> match_gelu(const Graph& g, const Consumers& consumers, ValueId x,
                                    bool whole_reader);
 
+// The exported erf-form GELU that Erf node `erf` belongs to (its input the GELU input scaled
+// by 1/sqrt 2), or nullopt.
+std::optional<TailStep> gelu_around_erf(const Graph& g, const Consumers& consumers,
+                                        const Node& erf);
+
 // x * Sigmoid(x) (SiLU; Swish with beta 1, as PyTorch exports nn.SiLU) or x *
 // HardSigmoid(x) with alpha 1/6, beta 1/2 (HardSwish, as opset 13 exports nn.Hardswish)
 // reading `x`: its two nodes and output, one eltwise_swish or eltwise_hardswish. With

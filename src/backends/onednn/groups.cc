@@ -57,7 +57,7 @@ const std::vector<Family>& families() {
       {"norm",
        {"LayerNormalization", "Softmax", "LogSoftmax", "ReduceMean"},
        compile_norm,
-       nullptr,
+       emit_norm,
        false},
   };
   return table;
@@ -174,6 +174,8 @@ void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algo
     values.reshape(first.outputs[0], first.input(0), sub.value(first.outputs[0]).shape);
     return;
   }
+  // A ReduceMean heading more nodes is a LayerNorm decomposition, not a global pooling.
+  if (t == "ReduceMean" && sub.num_nodes() > 1) return emit_norm(sub, values);
   if ((t == "Reshape" && sub.num_nodes() == 3) || layout_head(sub, first))
     return emit_layout(sub, values);
   if (t == "Conv" && conv_dw_group(sub)) return emit_conv_dw(sub, values);

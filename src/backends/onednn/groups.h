@@ -30,7 +30,7 @@ std::vector<Match> grow_tails(const Graph& g);
 
 // Appends group `subgraph` (node 0 its head; a view op alone is a view) to
 // values.program(), dispatching on the head's op; a Conv head uses `conv_algorithm`.
-// Throws kUnsupported for heads without an emitter (layer norm, softmax: op-level only).
+// Throws kUnsupported for heads without an emitter.
 void emit_group(const Graph& subgraph, ValueMemories& values,
                 ConvAlgorithm conv_algorithm = ConvAlgorithm::kDirect);
 

@@ -73,6 +73,16 @@ void emit_lrn(const Graph& subgraph, ValueMemories& values);
 // BatchNormalization (inference, optional Relu), LayerNormalization, Softmax/LogSoftmax,
 // and the exported LayerNorm decomposition.  norm_kernel.cc
 std::unique_ptr<Kernel> compile_norm(const Graph& subgraph);
+// LayerNormalization, Softmax/LogSoftmax, or the exported LayerNorm decomposition headed by
+// its first ReduceMean (row-major, in regions too).  norm_kernel.cc
+void emit_norm(const Graph& subgraph, ValueMemories& values);
+// The nodes (sorted) of the exported LayerNorm decomposition that ReduceMean node `mean`
+// heads, with its optional scale and shift, each interior value read inside it alone.
+std::optional<std::vector<NodeId>> layer_norm_nodes(
+    const Graph& g, const std::vector<std::vector<NodeId>>& consumers, NodeId mean);
+// Whether ReduceMean node `reduce_mean` is the head or the variance of such a decomposition.
+bool in_layer_norm(const Graph& g, const std::vector<std::vector<NodeId>>& consumers,
+                   NodeId reduce_mean);
 // PRelu with constant slopes per channel (dim 1): oneDNN's prelu primitive, in the layout
 // its input has; a single slope is an eltwise relu (emit_prelu passes that, and any chain it
 // heads, to emit_elementwise).  eltwise_kernel.cc

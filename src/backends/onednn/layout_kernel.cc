@@ -1,7 +1,8 @@
 // The glue ops between a CNN's primitives, on oneDNN so that they stay inside a region
 // instead of cutting it (each cut costs a reorder to row-major and back, and a step on
 // `reference`): Concat (the concat primitive; it keeps the inputs' layout when they share one
-// and oneDNN can, else it reorders each input into its slice of a row-major result),
+// and oneDNN can, else it reorders each input into its slice of a result in one of their
+// activation layouts, row-major last),
 // Slice/Split (a reorder from a sub-memory of the input), Transpose (a reorder into permuted
 // strides), the channel shuffle Reshape -> Transpose -> Reshape (the shuffle primitive on
 // channel-blocked layouts, where it is jit; one strided reorder within a whole-dim layout
@@ -164,10 +165,6 @@ struct ShuffleSpec {
   NodeId transpose = -1, reshape = -1;
   int64_t group_size = 0;
 };
-
-bool is_graph_output(const Graph& g, ValueId v) {
-  return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
-}
 
 std::optional<ShuffleSpec> shuffle_spec(const Graph& g,
                                         const std::vector<std::vector<NodeId>>& readers,

@@ -181,36 +181,49 @@ void emit_lrn(const Graph& sub, ValueMemories& values) {
 
 namespace {
 
-// Layer normalization over the trailing `norm_size` elements of each row of `x`.
-std::unique_ptr<Kernel> layer_norm_kernel(const Graph& sub, ValueId x, ValueId gamma, ValueId beta,
-                                          float epsilon, int64_t norm_size) {
-  const Shape& xs = sub.value(x).shape;
-  const Shape rows_md = {shape_numel(xs) / norm_size, norm_size};
-  Program program;
-  dnnl::memory x_mem = program.input(kernel_input(sub, x, "input"), plain_md(rows_md));
-  dnnl::memory y_mem = program.output(0, plain_md(rows_md));
-  flags f = flags::none;
-  std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_SRC, x_mem}, {DNNL_ARG_DST, y_mem}};
-  if (gamma != kNoValue) {
-    f = f | flags::use_scale;
-    args.emplace_back(DNNL_ARG_SCALE, channel_param(sub, gamma, norm_size, program));
-  }
-  if (beta != kNoValue) {
-    f = f | flags::use_shift;
-    args.emplace_back(DNNL_ARG_SHIFT, channel_param(sub, beta, norm_size, program));
-  }
-  dnnl::primitive_attr attr = base_attr();
-  auto pd = create_pd("layer normalization", [&] {
-    return dnnl::layer_normalization_forward::primitive_desc(
-        dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_inference,
-                                                plain_md(rows_md), epsilon, f),
-        attr, cpu_engine());
-  });
-  program.add(dnnl::layer_normalization_forward(pd), pd, std::move(args));
-  return std::make_unique<ProgramKernel>(std::move(program));
+// A per-channel vector of `n` values from a gamma/beta constant (a broadcast scalar too).
+Tensor expand_channels(const Tensor& t, int64_t n) {
+  if (t.numel() == n) return t;
+  std::vector<float> v(n, t.data<float>()[0]);
+  return Tensor::from_vector<float>({n}, v);
 }
 
-std::unique_ptr<Kernel> compile_layer_norm_op(const Graph& sub) {
+// Layer normalization of `x` over the trailing `norm_size` elements of each row, into `y`;
+// constant `gamma`/`beta` (kNoValue: none) of `norm_size` values or one.
+void emit_layer_norm(const Graph& sub, ValueMemories& values, ValueId x, ValueId y, ValueId gamma,
+                     ValueId beta, float epsilon, int64_t norm_size) {
+  const Shape& xs = sub.value(x).shape;
+  const dnnl::memory::desc rows = plain_md({shape_numel(xs) / norm_size, norm_size});
+  Program& program = values.program();
+  std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_SRC, values.view(x, rows)}};
+  flags f = flags::none;
+  const dnnl::memory::desc channels({norm_size}, dt::f32, tag::a);
+  auto param = [&](ValueId v, flags flag, int arg) {
+    if (v == kNoValue) return;
+    if (!sub.value(v).is_constant() || sub.value(v).dtype != DType::kFloat32)
+      fail(ErrorKind::kUnsupported, "onednn: a layer normalization's scale or shift is computed");
+    const Tensor t = expand_channels(sub.value(v).constant, norm_size);
+    if (t.numel() != norm_size)
+      fail(ErrorKind::kUnsupported, "onednn: parameter of {} values for {} channels", t.numel(),
+           norm_size);
+    f = f | flag;
+    args.emplace_back(arg, program.constant(t, channels, channels));
+  };
+  param(gamma, flags::use_scale, DNNL_ARG_SCALE);
+  param(beta, flags::use_shift, DNNL_ARG_SHIFT);
+  auto pd = create_pd("layer normalization", [&] {
+    return dnnl::layer_normalization_forward::primitive_desc(
+        dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_inference, rows, epsilon,
+                                                f),
+        base_attr(), cpu_engine());
+  });
+  const dnnl::memory dst = values.destination(y, rows);
+  args.emplace_back(DNNL_ARG_DST, dst);
+  program.add(dnnl::layer_normalization_forward(pd), pd, std::move(args));
+  values.produced(y, dst);
+}
+
+void emit_layer_norm_op(const Graph& sub, ValueMemories& values) {
   const Node& node = sub.node(0);
   if (sub.num_nodes() != 1)
     fail(ErrorKind::kUnsupported, "onednn: LayerNormalization fuses nothing");
@@ -224,14 +237,14 @@ std::unique_ptr<Kernel> compile_layer_norm_op(const Graph& sub) {
   if (axis < 0) axis += static_cast<int64_t>(xs.size());
   if (axis < 0 || axis >= static_cast<int64_t>(xs.size()))
     fail(ErrorKind::kUnsupported, "onednn: LayerNormalization axis out of range");
-  return layer_norm_kernel(sub, x, node.input(1), node.input(2), node.attr_float("epsilon", 1e-5f),
-                           product(xs, axis, xs.size()));
+  emit_layer_norm(sub, values, x, node.outputs[0], node.input(1), node.input(2),
+                  node.attr_float("epsilon", 1e-5f), product(xs, axis, xs.size()));
 }
 
-std::unique_ptr<Kernel> compile_softmax(const Graph& sub) {
+void emit_softmax(const Graph& sub, ValueMemories& values) {
   const Node& node = sub.node(0);
   if (sub.num_nodes() != 1) fail(ErrorKind::kUnsupported, "onednn: Softmax fuses nothing");
-  const ValueId x = node.input(0);
+  const ValueId x = node.input(0), y = node.outputs[0];
   require_f32(sub, x, "Softmax input");
   const Shape& xs = sub.value(x).shape;
   const int64_t rank = static_cast<int64_t>(xs.size());
@@ -241,29 +254,29 @@ std::unique_ptr<Kernel> compile_softmax(const Graph& sub) {
   if (axis < 0) axis += rank;
   if (axis < 0 || axis >= rank) fail(ErrorKind::kUnsupported, "onednn: Softmax axis out of range");
   // Before opset 13 the input is coerced to 2-D at `axis`.
-  const Shape shape = legacy ? Shape{product(xs, 0, axis), product(xs, axis, rank)} : xs;
+  const dnnl::memory::desc md =
+      plain_md(legacy ? Shape{product(xs, 0, axis), product(xs, axis, rank)} : xs);
   const int softmax_axis = legacy ? 1 : static_cast<int>(axis);
-  Program program;
-  dnnl::memory x_mem = program.input(kernel_input(sub, x, "input"), plain_md(shape));
-  dnnl::memory y_mem = program.output(0, plain_md(shape));
-  dnnl::primitive_attr attr = base_attr();
+  const dnnl::memory src = values.view(x, md);
   const auto inference = dnnl::prop_kind::forward_inference;
+  Program& program = values.program();
   if (node.op_type == "LogSoftmax") {
     auto pd = create_pd("logsoftmax", [&] {
       return dnnl::logsoftmax_forward::primitive_desc(
-          dnnl::logsoftmax_forward::desc(inference, plain_md(shape), softmax_axis), attr,
-          cpu_engine());
+          dnnl::logsoftmax_forward::desc(inference, md, softmax_axis), base_attr(), cpu_engine());
     });
-    program.add(dnnl::logsoftmax_forward(pd), pd, {{DNNL_ARG_SRC, x_mem}, {DNNL_ARG_DST, y_mem}});
+    const dnnl::memory dst = values.destination(y, md);
+    program.add(dnnl::logsoftmax_forward(pd), pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+    values.produced(y, dst);
   } else {
     auto pd = create_pd("softmax", [&] {
       return dnnl::softmax_forward::primitive_desc(
-          dnnl::softmax_forward::desc(inference, plain_md(shape), softmax_axis), attr,
-          cpu_engine());
+          dnnl::softmax_forward::desc(inference, md, softmax_axis), base_attr(), cpu_engine());
     });
-    program.add(dnnl::softmax_forward(pd), pd, {{DNNL_ARG_SRC, x_mem}, {DNNL_ARG_DST, y_mem}});
+    const dnnl::memory dst = values.destination(y, md);
+    program.add(dnnl::softmax_forward(pd), pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+    values.produced(y, dst);
   }
-  return std::make_unique<ProgramKernel>(std::move(program));
 }
 
 std::optional<float> scalar(const Graph& g, ValueId v) {
@@ -306,31 +319,15 @@ bool last_axis_constant(const Graph& g, ValueId v, const Shape& xs) {
   return p.empty() || p.back() == xs.back() || p.back() == 1;
 }
 
-// A per-channel vector of `n` values from a gamma/beta constant (a broadcast scalar too).
-Tensor expand_channels(const Tensor& t, int64_t n) {
-  if (t.numel() == n) return t;
-  std::vector<float> v(n, t.data<float>()[0]);
-  return Tensor::from_vector<float>({n}, v);
-}
-
-std::unique_ptr<Kernel> compile_layer_norm_decomposition(const Graph& sub) {
+void emit_layer_norm_decomposition(const Graph& sub, ValueMemories& values) {
   std::vector<NodeId> all(sub.num_nodes());
   std::iota(all.begin(), all.end(), 0);
   std::optional<LayerNormSpec> spec = match_layer_norm(sub, all);
   if (!spec) fail(ErrorKind::kUnsupported, "onednn: not a LayerNorm decomposition it knows");
   if (sub.outputs != std::vector<ValueId>{spec->out})
     fail(ErrorKind::kUnsupported, "onednn: LayerNorm's interior values are read outside");
-  const Shape& xs = sub.value(spec->x).shape;
-  // Constant gamma/beta are re-materialised as plain per-channel vectors in a private graph
-  // the kernel builder reads.
-  Graph g = sub;
-  const int64_t c = xs.back();
-  ValueId gamma = kNoValue, beta = kNoValue;
-  if (spec->gamma != kNoValue)
-    gamma = g.add_constant("ln_gamma", expand_channels(sub.value(spec->gamma).constant, c));
-  if (spec->beta != kNoValue)
-    beta = g.add_constant("ln_beta", expand_channels(sub.value(spec->beta).constant, c));
-  return layer_norm_kernel(g, spec->x, gamma, beta, spec->epsilon, c);
+  emit_layer_norm(sub, values, spec->x, spec->out, spec->gamma, spec->beta, spec->epsilon,
+                  sub.value(spec->x).shape.back());
 }
 
 }  // namespace
@@ -388,15 +385,80 @@ std::optional<LayerNormSpec> match_layer_norm(const Graph& g, const std::vector<
   return spec;
 }
 
+void emit_norm(const Graph& sub, ValueMemories& values) {
+  const std::string& type = sub.node(0).op_type;
+  if (type == "LayerNormalization") return emit_layer_norm_op(sub, values);
+  if (type == "Softmax" || type == "LogSoftmax") return emit_softmax(sub, values);
+  if (type == "ReduceMean") return emit_layer_norm_decomposition(sub, values);
+  fail(ErrorKind::kUnsupported, "onednn: no normalization kernel for {}", type);
+}
+
+std::optional<std::vector<NodeId>> layer_norm_nodes(
+    const Graph& g, const std::vector<std::vector<NodeId>>& consumers, NodeId mean) {
+  // Forward from the first ReduceMean: Sub(x, mean) -> Pow 2 -> ReduceMean -> Add eps -> Sqrt
+  // -> Div(centered, .) [-> Mul gamma] [-> Add beta], each value read only where it goes next.
+  auto only_reader = [&](ValueId v, const char* type) -> NodeId {
+    if (v == kNoValue || consumers[v].size() != 1 || is_graph_output(g, v)) return -1;
+    const Node& n = g.node(consumers[v][0]);
+    return n.op_type == type && n.domain.empty() ? consumers[v][0] : -1;
+  };
+  const Node& m = g.node(mean);
+  if (m.op_type != "ReduceMean" || m.outputs.empty() || !mean_over_last_axis(g, m))
+    return std::nullopt;
+  const NodeId sub = only_reader(m.outputs[0], "Sub");
+  if (sub < 0 || g.node(sub).input(0) != m.input(0)) return std::nullopt;
+  const ValueId centered = g.node(sub).outputs[0];
+  if (consumers[centered].size() != 2 || is_graph_output(g, centered)) return std::nullopt;
+  NodeId pow = -1, div = -1;
+  for (NodeId r : consumers[centered]) {
+    if (g.node(r).op_type == "Pow") pow = r;
+    if (g.node(r).op_type == "Div") div = r;
+  }
+  if (pow < 0 || div < 0) return std::nullopt;
+  const NodeId var = only_reader(g.node(pow).outputs[0], "ReduceMean");
+  const NodeId eps = var < 0 ? -1 : only_reader(g.node(var).outputs[0], "Add");
+  const NodeId sqrt = eps < 0 ? -1 : only_reader(g.node(eps).outputs[0], "Sqrt");
+  if (sqrt < 0 || only_reader(g.node(sqrt).outputs[0], "Div") != div) return std::nullopt;
+  std::vector<NodeId> nodes = {mean, sub, pow, var, eps, sqrt, div};
+  std::vector<std::vector<NodeId>> tries = {nodes};
+  ValueId out = g.node(div).outputs[0];
+  for (const char* affine : {"Mul", "Add"}) {
+    const NodeId n = only_reader(out, affine);
+    if (n < 0) continue;
+    nodes.push_back(n);
+    tries.push_back(nodes);
+    out = g.node(n).outputs[0];
+  }
+  for (auto it = tries.rbegin(); it != tries.rend(); ++it) {
+    std::vector<NodeId> sorted = *it;
+    std::sort(sorted.begin(), sorted.end());
+    if (match_layer_norm(g, sorted)) return sorted;
+  }
+  return std::nullopt;
+}
+
+bool in_layer_norm(const Graph& g, const std::vector<std::vector<NodeId>>& consumers,
+                   NodeId reduce_mean) {
+  // The head itself, or the variance: a mean of Pow(Sub(x, head's mean)).
+  auto producer = [&](ValueId v, const char* type) -> NodeId {
+    const NodeId p = v == kNoValue ? -1 : g.value(v).producer;
+    return p >= 0 && g.node(p).op_type == type ? p : -1;
+  };
+  NodeId head = reduce_mean;
+  if (const NodeId pow = producer(g.node(reduce_mean).input(0), "Pow"); pow >= 0)
+    if (const NodeId sub = producer(g.node(pow).input(0), "Sub"); sub >= 0)
+      head = producer(g.node(sub).input(1), "ReduceMean");
+  if (head < 0) return false;
+  const std::optional<std::vector<NodeId>> nodes = layer_norm_nodes(g, consumers, head);
+  return nodes && std::binary_search(nodes->begin(), nodes->end(), reduce_mean);
+}
+
 std::unique_ptr<Kernel> compile_norm(const Graph& sub) {
   const std::string& type = sub.node(0).op_type;
   if (type == "BatchNormalization") return compile_group(sub, emit_batch_norm);
   if (type == "InstanceNormalization") return compile_group(sub, emit_instance_norm);
   if (type == "LRN") return compile_group(sub, emit_lrn);
-  if (type == "LayerNormalization") return compile_layer_norm_op(sub);
-  if (type == "Softmax" || type == "LogSoftmax") return compile_softmax(sub);
-  if (type == "ReduceMean") return compile_layer_norm_decomposition(sub);
-  fail(ErrorKind::kUnsupported, "onednn: no normalization kernel for {}", type);
+  return compile_group(sub, emit_norm);
 }
 
 }  // namespace collage::onednn

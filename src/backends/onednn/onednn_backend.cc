@@ -25,9 +25,7 @@ Pattern gelu_pattern() {
 bool gelu_check(const Graph& g, const Match& m) {
   for (NodeId n : m.nodes) {
     if (g.node(n).op_type != "Erf") continue;
-    const ValueId scaled = g.node(n).input(0);
-    const ValueId x = g.node(g.value(scaled).producer).input(0);
-    std::optional<TailStep> gelu = match_gelu(g, g.consumers(), x, false);
+    std::optional<TailStep> gelu = gelu_around_erf(g, g.consumers(), g.node(n));
     return gelu && gelu->nodes == m.nodes;
   }
   return false;

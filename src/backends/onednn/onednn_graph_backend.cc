@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "backends/onednn/epilogue.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/region_kernel.h"
@@ -24,13 +25,86 @@ std::vector<std::string> region_ops() {
   for (const Family& f : families())
     if (f.emit) ops.insert(ops.end(), f.ops.begin(), f.ops.end());
   // Views, and the glue between primitives (layout_kernel.cc).
+  // Erf only inside an exported GELU (region_node says).
   for (const char* op : {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Concat",
-                         "Slice", "Split", "Transpose", "Pad", "ReduceMean", "ReduceMax"})
+                         "Slice", "Split", "Transpose", "Pad", "ReduceMean", "ReduceMax", "Erf"})
     if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
   for (const auto* list : {&unary_ops(), &binary_ops()})
     for (const std::string& op : *list)
       if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
   return ops;
+}
+
+// Units that a region of at most kMaxRegionNodes nodes could only cut in pieces none of which
+// compiles (region_node takes their ReduceMean and Erf only whole): the exported LayerNorm
+// decomposition (nine nodes with its scale and shift) and a head whose tail holds an
+// exported erf GELU (MatMul, bias Add, five GELU nodes). The single-backend placement takes
+// the largest match at each node, so without them ConvNeXt's blocks ran their LayerNorm and
+// Erf on the fallback.
+std::vector<Match> whole_units(const Graph& g) {
+  const std::vector<std::vector<NodeId>> consumers = g.consumers();
+  std::vector<Match> out;
+  for (size_t n = 0; n < g.num_nodes(); ++n)
+    if (g.node(static_cast<NodeId>(n)).op_type == "ReduceMean")
+      if (std::optional<std::vector<NodeId>> ln =
+              layer_norm_nodes(g, consumers, static_cast<NodeId>(n)))
+        out.push_back(Match{*ln});
+  for (Match& m : grow_tails(g)) {
+    const bool erf = std::any_of(m.nodes.begin(), m.nodes.end(),
+                                 [&](NodeId n) { return g.node(n).op_type == "Erf"; });
+    if (erf && std::all_of(m.nodes.begin(), m.nodes.end(),
+                           [&](NodeId n) { return region_node(g, g.node(n)); }))
+      out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// Whether node `n` belongs to a unit whole_units proposes. A unit's nodes all lie at most
+// four producer edges below its Erf or first ReduceMean, except the GELU's scaling, which the
+// Erf reads.
+bool in_whole_unit(const Graph& g, const Node& n) {
+  static const std::set<std::string> kUnitOps = {"ReduceMean", "Sub", "Pow", "Add",
+                                                 "Sqrt",       "Div", "Mul", "Erf"};
+  if (!kUnitOps.count(n.op_type) || n.outputs.empty() || n.outputs[0] == kNoValue) return false;
+  const NodeId id = g.value(n.outputs[0]).producer;
+  std::optional<std::vector<std::vector<NodeId>>> consumers;
+  auto unit_holds = [&](NodeId anchor) {
+    if (!consumers) consumers = g.consumers();
+    const Node& a = g.node(anchor);
+    std::optional<std::vector<NodeId>> unit;
+    if (a.op_type == "Erf") {
+      if (std::optional<TailStep> gelu = gelu_around_erf(g, *consumers, a)) unit = gelu->nodes;
+    } else {
+      unit = layer_norm_nodes(g, *consumers, anchor);
+    }
+    return unit && std::find(unit->begin(), unit->end(), id) != unit->end();
+  };
+  std::set<NodeId> seen = {id};
+  std::vector<NodeId> frontier = {id};
+  for (int hop = 0; hop <= 4 && !frontier.empty(); ++hop) {
+    std::vector<NodeId> next;
+    for (NodeId f : frontier) {
+      const std::string& t = g.node(f).op_type;
+      if ((t == "Erf" || t == "ReduceMean") && unit_holds(f)) return true;
+      for (ValueId v : g.node(f).inputs) {
+        const NodeId p = v == kNoValue ? -1 : g.value(v).producer;
+        if (p >= 0 && seen.insert(p).second) next.push_back(p);
+      }
+    }
+    frontier = std::move(next);
+  }
+  if (n.op_type != "Div" && n.op_type != "Mul") return false;
+  if (!consumers) consumers = g.consumers();
+  for (NodeId r : (*consumers)[n.outputs[0]])
+    if (g.node(r).op_type == "Erf" && unit_holds(r)) return true;
+  return false;
+}
+
+// What the size-capped regions may hold: a unit's nodes only come whole (whole_units), so
+// that no region takes the first nodes of a GELU and strands its Erf, which runs on nothing
+// of oneDNN's alone.
+bool capped_region_node(const Graph& g, const Node& n) {
+  return region_node(g, n) && !in_whole_unit(g, n);
 }
 
 class OnednnGraphBackend : public Backend {
@@ -47,15 +121,18 @@ class OnednnGraphBackend : public Backend {
 
   std::vector<PatternEntry> patterns() const override {
     // Single supported ops: regions of one node (the fusion rule yields only larger ones).
-    return {
-        {"onednn_op", op_in(region_ops()).where(region_node, "float32, fusable by onednn"), {}}};
+    return {{"onednn_op",
+             op_in(region_ops()).where(capped_region_node, "float32, fusable by onednn"),
+             {}}};
   }
 
   std::vector<FusionRule> fusion_rules() const override {
     std::set<OpKind> all_kinds = {OpKind::kElementwise,        OpKind::kBroadcast,
                                   OpKind::kInjective,          OpKind::kReduction,
                                   OpKind::kOutElemwiseFusable, OpKind::kOpaque};
-    return {fuse_region("onednn_region", all_kinds, kMaxRegionNodes, region_node)};
+    return {
+        fuse_region("onednn_region", all_kinds, kMaxRegionNodes, capped_region_node),
+        {"onednn_units", "a LayerNorm decomposition or a head with its GELU, whole", whole_units}};
   }
 
   // "winograd": every Conv of the region that oneDNN's Winograd kernels take uses them.

@@ -112,8 +112,38 @@ class RegionCompiler {
       }
       return group;
     }
+    if (node.op_type == "ReduceMean") {
+      // The exported LayerNorm decomposition it heads is one group (one primitive).
+      if (std::optional<std::vector<NodeId>> ln = layer_norm_nodes(region_, consumers_, head);
+          ln && std::none_of(ln->begin(), ln->end(),
+                             [&](NodeId n) { return n != head && covered_[n]; })) {
+        std::vector<NodeId> rest;
+        for (NodeId n : *ln)
+          if (n != head) rest.push_back(n);
+        for (NodeId n : rest) covered_[n] = true;
+        group.steps.push_back(rest);
+        return group;
+      }
+    }
     if (is_view_op(node) || layout_head(region_, node)) return group;
+    // Layer normalization and softmax take no post-ops (oneDNN 2.6).
+    if (const Family* f = family_of(node.op_type); f && f->name == "norm") return group;
     ValueId cur = node.outputs[0];
+    // An exported GELU or SiLU starting at this node (its input made by no head that took it
+    // as a tail) is the group's first step, as emit_elementwise runs it.
+    for (ValueId in : node.inputs) {
+      if (in == kNoValue || region_.value(in).is_constant()) continue;
+      std::optional<TailStep> fused = match_fused_activation(region_, consumers_, in, false);
+      if (!fused || fused->nodes.front() != head ||
+          std::any_of(fused->nodes.begin() + 1, fused->nodes.end(),
+                      [&](NodeId n) { return covered_[n]; }))
+        continue;
+      const std::vector<NodeId> rest(fused->nodes.begin() + 1, fused->nodes.end());
+      for (NodeId n : rest) covered_[n] = true;
+      group.steps.push_back(rest);
+      cur = fused->out;
+      break;
+    }
     bool depthwise = false;
     for (int k = 0; k < kMaxTail; ++k) {
       std::optional<TailStep> step = next_tail_step(region_, consumers_, cur);
@@ -280,6 +310,14 @@ bool region_node(const Graph& g, const Node& n) {
   if (t == "InstanceNormalization") return instance_norm_takes(g, n);
   if (t == "LRN") return lrn_takes(g, n);
   if (t == "PRelu" && prelu_takes(g, n)) return true;
+  // A normalization over the last axis (the op, or the decomposition an opset-13 export
+  // writes: its ReduceMean head here, its elementwise nodes below) and the erf of an
+  // exported GELU: ConvNeXt's and Swin's blocks cut a region at each otherwise.
+  if (t == "LayerNormalization" || t == "Softmax" || t == "LogSoftmax")
+    return is_f32(g, n.input(0)) && g.value(n.input(0)).shape_known;
+  if (t == "ReduceMean" && in_layer_norm(g, g.consumers(), g.value(n.outputs[0]).producer))
+    return true;
+  if (t == "Erf") return gelu_around_erf(g, g.consumers(), n).has_value();
   if (t == "Conv" || t == "ConvTranspose") {
     const size_t rank = g.value(n.input(0)).shape.size();
     if (rank < 3 || rank > 5) return false;
