@@ -29,6 +29,29 @@ void matmul_rows(int64_t m_begin, int64_t m_end, int64_t n, int64_t k, const T* 
   }
 }
 
+// Rows [m_begin, m_end), columns [j_begin, j_end) of out (M,N) = a (M,K) x b^T, b (N,K)
+// row-major (Gemm's transB): dot products along rows of both, eight columns at a time. Each
+// output is summed over k in order from zero, as matmul_rows sums it, so the results are
+// those of matmul_rows on b transposed, without a transposed copy of b per run (VGG's 411 MB
+// classifier weights: 15 % of its cold tune went to that copy).
+template <typename T>
+void matmul_rows_bt(int64_t m_begin, int64_t m_end, int64_t j_begin, int64_t j_end, int64_t k,
+                    const T* a, const T* b, int64_t n, T* out) {
+  constexpr int64_t kCols = 8;
+  for (int64_t i = m_begin; i < m_end; ++i) {
+    const T* arow = a + i * k;
+    for (int64_t j0 = j_begin; j0 < j_end; j0 += kCols) {
+      const int64_t cols = std::min(kCols, j_end - j0);
+      T acc[kCols] = {};
+      for (int64_t p = 0; p < k; ++p) {
+        const T av = arow[p];
+        for (int64_t c = 0; c < cols; ++c) acc[c] += av * b[(j0 + c) * k + p];
+      }
+      std::copy(acc, acc + cols, out + i * n + j0);
+    }
+  }
+}
+
 // A (rows, cols) row-major copied to (cols, rows), in square tiles to stay in cache.
 template <typename T>
 std::vector<T> transposed(const T* src, int64_t rows, int64_t cols) {
@@ -102,30 +125,35 @@ RefKernel gemm_kernel(GemmParams p) {
   return [p](std::span<const Tensor> in, std::span<const Tensor> out) {
     const T* a = in[0].data<T>();
     const T* b = in[1].data<T>();
-    std::vector<T> a_t, b_t;
+    std::vector<T> a_t;
     if (p.trans_a) {
       a_t = transposed(a, p.k, p.m);
       a = a_t.data();
-    }
-    if (p.trans_b) {
-      b_t = transposed(b, p.n, p.k);
-      b = b_t.data();
     }
     // BLAS convention: beta == 0 ignores C entirely (even NaN/Inf in it).
     const T* c =
         p.has_c && p.beta != 0 && in.size() > 2 && in[2].defined() ? in[2].data<T>() : nullptr;
     T* y = out[0].data<T>();
     const T alpha = static_cast<T>(p.alpha), beta = static_cast<T>(p.beta);
+    // Tasks of a row block and a column range: with transB the columns are split too, so that
+    // a batch-1 classifier (one row) runs on every thread.
     const int64_t blocks = (p.m + kRowBlock - 1) / kRowBlock;
+    const int64_t col_ranges = p.trans_b ? (p.n + kColBlock - 1) / kColBlock : 1;
 #pragma omp parallel for schedule(static)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
+    for (int64_t task = 0; task < blocks * col_ranges; ++task) {
+      const int64_t blk = task / col_ranges, range = task % col_ranges;
       const int64_t i0 = blk * kRowBlock, i1 = std::min(p.m, i0 + kRowBlock);
-      matmul_rows(i0, i1, p.n, p.k, a, b, y);
+      const int64_t j0 = p.trans_b ? range * kColBlock : 0;
+      const int64_t j1 = p.trans_b ? std::min(p.n, j0 + kColBlock) : p.n;
+      if (p.trans_b)
+        matmul_rows_bt(i0, i1, j0, j1, p.k, a, b, p.n, y);
+      else
+        matmul_rows(i0, i1, p.n, p.k, a, b, y);
       for (int64_t i = i0; i < i1; ++i) {
         T* row = y + i * p.n;
-        for (int64_t j = 0; j < p.n; ++j) row[j] *= alpha;
+        for (int64_t j = j0; j < j1; ++j) row[j] *= alpha;
         if (c)
-          for (int64_t j = 0; j < p.n; ++j)
+          for (int64_t j = j0; j < j1; ++j)
             row[j] += beta * c[i * p.c_row_stride + j * p.c_col_stride];
       }
     }

@@ -339,6 +339,33 @@ TEST(NnGemm, RandomizedTransposesAndBroadcastC) {
   expect_values(run_op("Gemm", {{a}, {b}})[0], ab, 1e-5f);
 }
 
+// transB is computed from B's rows in place (no transposed copy), its columns split across
+// threads: the same sums in the same order as transB=0 on B transposed, bit for bit, on
+// shapes with several column ranges, a ragged last range and one row (a batch-1 classifier).
+TEST(NnGemm, TransposedBLikeBTransposedBitForBit) {
+  for (auto [m, k, n] :
+       {std::tuple<int64_t, int64_t, int64_t>{1, 70, 600}, {13, 33, 301}, {9, 5, 7}}) {
+    Tensor a = random_tensor({m, k}, 31);
+    Tensor bt = random_tensor({n, k}, 32);  // B as transB reads it
+    Tensor b(DType::kFloat32, {k, n});
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p) b.data<float>()[p * n + j] = bt.data<float>()[j * k + p];
+    Tensor c = random_tensor({n}, 33);
+    const auto attrs = [](int tb) {
+      return std::map<std::string, Attribute>{{"transB", attr_i(tb)}, {"beta", attr_f(0.5f)}};
+    };
+    const Tensor got = run_op("Gemm", {{a}, {bt}, {c}}, attrs(1))[0];
+    const Tensor want = run_op("Gemm", {{a}, {b}, {c}}, attrs(0))[0];
+    ASSERT_EQ(got.shape(), (Shape{m, n}));
+    EXPECT_TRUE(std::equal(got.data<float>(), got.data<float>() + got.numel(), want.data<float>()))
+        << m << "x" << k << "x" << n;
+    std::vector<float> expected = naive_matmul(a.data<float>(), b.data<float>(), m, k, n);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) expected[i * n + j] += 0.5f * c.data<float>()[j];
+    expect_values(got, expected, 1e-4f);
+  }
+}
+
 TEST(NnGemm, Errors) {
   EXPECT_EQ(error_kind_of([] {
               run_op("Gemm", {{random_tensor({2, 3}, 1)}, {random_tensor({4, 2}, 2)}});
