@@ -103,6 +103,30 @@ TEST(BlasBackend, GemmAttributes) {
   }
 }
 
+// One row of A (a batch-1 classifier) runs as sgemv: every transposition, alpha, a bias C
+// and a fused Relu, a MatMul of a [1, K] row and of a batch of single rows, against
+// reference on random sizes (K and N past OpenBLAS's blocking, so its threads split them).
+TEST(BlasBackend, OneRowGemmAndMatMul) {
+  std::mt19937 rng(17);
+  for (int i = 0; i < 4; ++i) {
+    const int64_t n = pick(rng, 1, 700), k = pick(rng, 1, 900);
+    const bool ta = i & 1, tb = i & 2;
+    GraphBuilder b;
+    ValueId a = b.input("a", DType::kFloat32, ta ? Shape{k, 1} : Shape{1, k});
+    ValueId w = weights(b, "w", tb ? Shape{n, k} : Shape{k, n}, k);
+    ValueId y = b.add1("Gemm", {a, w, b.random_constant("c", {n})},
+                       {{"transA", attr_i(ta)}, {"transB", attr_i(tb)}, {"alpha", attr_f(0.75f)}});
+    b.output(b.add1("Relu", {y}));
+    EXPECT_TRUE(check(b.finish())) << "Gemm case " << i << ": " << k << " -> " << n;
+  }
+  for (const Shape& a_shape : {Shape{1, 333}, Shape{3, 1, 333}}) {
+    GraphBuilder b;
+    ValueId a = b.input("a", DType::kFloat32, a_shape);
+    b.output(b.add1("MatMul", {a, weights(b, "w", {333, 129}, 333)}));
+    EXPECT_TRUE(check(b.finish())) << shape_to_string(a_shape);
+  }
+}
+
 // The activations the epilogue runs, each after a MatMul + bias.
 TEST(BlasBackend, MatMulBiasActivations) {
   const std::vector<std::pair<std::string, std::map<std::string, Attribute>>> acts = {

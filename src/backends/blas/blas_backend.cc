@@ -104,7 +104,9 @@ std::vector<Match> grow_epilogues(const Graph& g) {
 class BlasBackend : public Backend {
  public:
   std::string name() const override { return "blas"; }
-  std::string version() const override { return openblas_version(); }
+  // Part of every cost key: a change to how kernels run re-measures them. r1: a one-row
+  // GEMM runs as sgemv (gemm_kernel.cc).
+  std::string version() const override { return openblas_version() + "+r1"; }
   std::string thread_model() const override { return "OpenBLAS pthreads"; }
   std::vector<std::string> details() const override { return openblas_details(); }
 
