@@ -413,9 +413,14 @@ class Tuner {
       copy->timing = original->timing;
       copy->timing.name = copy->name;
     }
-    Contender* best = timed.front();
-    for (Contender* c : timed)
-      if (c->timing.measured_ms < best->timing.measured_ms) best = c;
+    // The fastest, or a plan of fewer kernels within the never-worse rule's margin of it.
+    std::vector<double> medians;
+    std::vector<size_t> steps;
+    for (Contender* c : timed) {
+      medians.push_back(c->timing.measured_ms);
+      steps.push_back(c->placement.size());
+    }
+    Contender* best = timed[side_by_side_winner(medians, steps)];
     if ((!is_tuned(best->name) || best->runner_up) && std::isnan(best->predicted_ms)) {
       // The written plan's prediction is always made of confirmed costs.
       confirm_costs(best->placement);
