@@ -572,6 +572,12 @@ TEST(OnednnGraphBackend, GeluAloneSoftmaxAndLayerNormOpInRegion) {
       "LayerNormalization",
       {ctx, attention.random_constant("g", {16}), attention.random_constant("beta", {16})},
       {{"axis", attr_i(-1)}}));
+  // A LayerNormalization whose scale and shift are computed (inputs, as ONNX's node tests
+  // give them), beside the constant ones above.
+  ValueId gain = attention.input("gain", DType::kFloat32, {16});
+  attention.output(attention.add1(
+      "LayerNormalization", {attention.add1("Relu", {ctx}), gain, attention.add1("Neg", {gain})},
+      {{"axis", attr_i(-1)}}));
   expect_like_reference(attention.graph(), "matmul, softmax, matmul, LayerNormalization");
   testing::expect_no_reference_primitive(*onednn::compile_region(attention.graph()), "attention");
   expect_all_placed(attention.graph(), "matmul, softmax, matmul, LayerNormalization");

@@ -200,13 +200,18 @@ void emit_layer_norm(const Graph& sub, ValueMemories& values, ValueId x, ValueId
   const dnnl::memory::desc channels({norm_size}, dt::f32, tag::a);
   auto param = [&](ValueId v, flags flag, int arg) {
     if (v == kNoValue) return;
-    if (!sub.value(v).is_constant() || sub.value(v).dtype != DType::kFloat32)
-      fail(ErrorKind::kUnsupported, "onednn: a layer normalization's scale or shift is computed");
+    f = f | flag;
+    if (!sub.value(v).is_constant()) {
+      // A computed scale or shift (the op's inputs): read as it is, when it has one value
+      // per normalized element.
+      args.emplace_back(arg, channel_param(sub, v, norm_size, program, &values));
+      return;
+    }
+    require_f32(sub, v, "layer normalization parameter");
     const Tensor t = expand_channels(sub.value(v).constant, norm_size);
     if (t.numel() != norm_size)
       fail(ErrorKind::kUnsupported, "onednn: parameter of {} values for {} channels", t.numel(),
            norm_size);
-    f = f | flag;
     args.emplace_back(arg, program.constant(t, channels, channels));
   };
   param(gamma, flags::use_scale, DNNL_ARG_SCALE);
