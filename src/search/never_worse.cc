@@ -27,16 +27,20 @@ SideBySide time_side_by_side(const std::vector<std::function<void()>>& runs, int
   return out;
 }
 
-size_t side_by_side_winner(const std::vector<double>& median_ms, const std::vector<size_t>& steps) {
+size_t side_by_side_winner(const std::vector<double>& median_ms, const std::vector<size_t>& steps,
+                           const std::vector<bool>& baseline) {
   const size_t n = median_ms.size();
   if (n == 0) return 0;
   size_t best = 0;
   for (size_t i = 1; i < n; ++i)
     if (std::isnan(median_ms[best]) || median_ms[i] < median_ms[best]) best = i;
-  if (steps.size() != n || std::isnan(median_ms[best])) return best;
+  if (steps.size() != n || baseline.size() != n || std::isnan(median_ms[best])) return best;
+  double limit = (1 + kSimplerPlanMargin) * median_ms[best];
+  for (size_t i = 0; i < n; ++i)
+    if (baseline[i] && median_ms[i] < limit) limit = median_ms[i];
   size_t kept = best;
   for (size_t i = 0; i < n; ++i) {
-    if (!(median_ms[i] <= (1 + kSimplerPlanMargin) * median_ms[best])) continue;
+    if (!(median_ms[i] <= limit)) continue;
     if (steps[i] < steps[kept] || (steps[i] == steps[kept] && median_ms[i] < median_ms[kept]))
       kept = i;
   }

@@ -30,14 +30,18 @@ SideBySide time_side_by_side(const std::vector<std::function<void()>>& runs, int
 inline constexpr double kSimplerPlanMargin = 0.05;
 
 // The plan to keep of those timed side by side (`median_ms`, NaN: not timed; `steps`: the
-// kernels each runs): of the plans within kSimplerPlanMargin of the lowest median, the one
-// with the fewest steps, then the lowest median (the first on a tie). Medians of 15 interleaved
+// kernels each runs; `baseline`: a single-backend plan): of the plans within
+// kSimplerPlanMargin of the lowest median and no slower than the fastest single-backend
+// plan, the one with the fewest steps, then the lowest median (the first on a tie). So the
+// plan kept is never slower than every single-backend plan (the never-worse rule), and a
+// mix beats a plan of fewer kernels only by more than the margin. Medians of 15 interleaved
 // rounds a few percent apart swap from run to run on a shared machine, and the plan with
 // more kernels (more libraries, more boundaries) is the one that came out slower in the
 // bench each time (bench/results, 2026-11-26: ResNet-50's tuned 7-kernel mix kept for 24.5
 // ms against one region's 25.4 ran 26.6 against 25.4; DenseNet-121's 33-kernel mix and
 // RegNetY's 15-kernel mix 0.93x and 0.97x of one region). Decided on the medians alone, so a
 // warm re-tune (medians from the cost DB) keeps what the cold one kept.
-size_t side_by_side_winner(const std::vector<double>& median_ms, const std::vector<size_t>& steps);
+size_t side_by_side_winner(const std::vector<double>& median_ms, const std::vector<size_t>& steps,
+                           const std::vector<bool>& baseline);
 
 }  // namespace collage

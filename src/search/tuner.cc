@@ -413,14 +413,17 @@ class Tuner {
       copy->timing = original->timing;
       copy->timing.name = copy->name;
     }
-    // The fastest, or a plan of fewer kernels within the never-worse rule's margin of it.
+    // The fastest, or a plan of fewer kernels within the never-worse rule's margin of it and
+    // no slower than any single-backend plan.
     std::vector<double> medians;
     std::vector<size_t> steps;
+    std::vector<bool> single_backend;
     for (Contender* c : timed) {
       medians.push_back(c->timing.measured_ms);
       steps.push_back(c->placement.size());
+      single_backend.push_back(!is_tuned(c->name));
     }
-    Contender* best = timed[side_by_side_winner(medians, steps)];
+    Contender* best = timed[side_by_side_winner(medians, steps, single_backend)];
     if ((!is_tuned(best->name) || best->runner_up) && std::isnan(best->predicted_ms)) {
       // The written plan's prediction is always made of confirmed costs.
       confirm_costs(best->placement);

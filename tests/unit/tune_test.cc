@@ -64,12 +64,15 @@ TEST(Tune, PlanCoversGraphRunsCorrectlyAndReusesCosts) {
   EXPECT_EQ(placed.size(), g.num_nodes());
   for (const auto& [name, count] : placed) EXPECT_EQ(count, 1) << name;
 
-  // The winner is never slower than a plan measured beside it, but for the margin a plan of
-  // fewer kernels is given (search/never_worse.h).
+  // The winner is never slower than a single-backend plan measured beside it, nor slower
+  // than a tuned one but for the margin a plan of fewer kernels is given
+  // (search/never_worse.h).
   double winner_ms = first.plan.measured_ms;
   for (const PlanTiming& t : first.timings) {
     if (!t.timed) continue;
-    EXPECT_LE(winner_ms, (1 + kSimplerPlanMargin) * t.measured_ms + 1e-9) << t.name;
+    const bool single_backend = t.name.rfind("tuned", 0) != 0;
+    EXPECT_LE(winner_ms, (single_backend ? 1 : 1 + kSimplerPlanMargin) * t.measured_ms + 1e-9)
+        << t.name;
     if (winner_ms > t.measured_ms) EXPECT_LT(first.plan.groups.size(), t.steps) << t.name;
   }
   EXPECT_GT(first.plans_timed, 0u);
