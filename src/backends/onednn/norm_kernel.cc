@@ -189,7 +189,8 @@ Tensor expand_channels(const Tensor& t, int64_t n) {
 }
 
 // Layer normalization of `x` over the trailing `norm_size` elements of each row, into `y`;
-// constant `gamma`/`beta` (kNoValue: none) of `norm_size` values or one.
+// `gamma`/`beta` (kNoValue: none) constants of `norm_size` values or one, or computed values
+// of `norm_size`.
 void emit_layer_norm(const Graph& sub, ValueMemories& values, ValueId x, ValueId y, ValueId gamma,
                      ValueId beta, float epsilon, int64_t norm_size) {
   const Shape& xs = sub.value(x).shape;
@@ -265,22 +266,24 @@ void emit_softmax(const Graph& sub, ValueMemories& values) {
   const dnnl::memory src = values.view(x, md);
   const auto inference = dnnl::prop_kind::forward_inference;
   Program& program = values.program();
+  // The softmax and logsoftmax primitives differ in type only.
+  auto add = [&](auto pd, auto primitive) {
+    const dnnl::memory dst = values.destination(y, md);
+    program.add(primitive, pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+    values.produced(y, dst);
+  };
   if (node.op_type == "LogSoftmax") {
     auto pd = create_pd("logsoftmax", [&] {
       return dnnl::logsoftmax_forward::primitive_desc(
           dnnl::logsoftmax_forward::desc(inference, md, softmax_axis), base_attr(), cpu_engine());
     });
-    const dnnl::memory dst = values.destination(y, md);
-    program.add(dnnl::logsoftmax_forward(pd), pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
-    values.produced(y, dst);
+    add(pd, dnnl::logsoftmax_forward(pd));
   } else {
     auto pd = create_pd("softmax", [&] {
       return dnnl::softmax_forward::primitive_desc(
           dnnl::softmax_forward::desc(inference, md, softmax_axis), base_attr(), cpu_engine());
     });
-    const dnnl::memory dst = values.destination(y, md);
-    program.add(dnnl::softmax_forward(pd), pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
-    values.produced(y, dst);
+    add(pd, dnnl::softmax_forward(pd));
   }
 }
 
