@@ -108,6 +108,11 @@ class Backend {
   // that may be faster somewhere belong here; each costs a measurement per candidate.
   virtual std::vector<std::string> variants(const Graph& subgraph) const { return {""}; }
   virtual ThreadControl thread_control() const { return ThreadControl::kPerKernel; }
+  // The significand bits its float32 arithmetic keeps: 24 for IEEE float32; fewer where the
+  // user allowed reduced-precision math (11 for TF32 tensor cores, COLLAGE_CUDA_TF32=1). The
+  // check against reference widens its tolerance to match (Tolerance::backend_vs_reference),
+  // so a kernel is refused for computing wrong, never for the precision it was asked for.
+  virtual int float32_significand_bits() const { return 24; }
 
   // Builds a kernel for `subgraph`: a standalone graph whose inputs and outputs are the
   // kernel's (see extract_subgraph). Weight packing and primitive creation happen here,
@@ -120,8 +125,9 @@ class BackendRegistry {
  public:
   // Bumped whenever Backend/Kernel/Graph change layout: plugins built against another
   // version are refused.
-  // 2: compile() takes CompileOptions; 3: Backend::device() and unavailable_reason().
-  static constexpr int kAbiVersion = 3;
+  // 2: compile() takes CompileOptions; 3: Backend::device() and unavailable_reason();
+  // 4: Backend::float32_significand_bits().
+  static constexpr int kAbiVersion = 4;
 
   // The process-wide registry, with every built-in backend registered.
   static BackendRegistry& global();

@@ -71,14 +71,20 @@ Checksum checksum(const Tensor& t) {
 
 // --verify: the same inputs through the fallback (reference) backend; any output outside the
 // tolerance the tuner checks kernels with is a failure (exit status 1), since the plan or
-// backend computed something wrong.
-void verify_against_reference(const Graph& graph, const std::vector<Tensor>& inputs,
-                              const std::vector<Tensor>& outputs, int threads) {
+// backend computed something wrong. A plan with a backend of reduced-precision math (TF32)
+// is held to that precision's tolerance.
+void verify_against_reference(const Graph& graph, const Session& session,
+                              const std::vector<Tensor>& inputs,
+                              const std::vector<Tensor>& outputs) {
+  int significand_bits = 24;
+  for (const std::string& name : session.node_backends())
+    if (const Backend* b = BackendRegistry::global().find(name))
+      significand_bits = std::min(significand_bits, b->float32_significand_bits());
   SessionOptions options;
-  options.threads = threads;
+  options.threads = session.threads();
   Session reference(graph, options);
-  std::string diff =
-      compare_outputs(outputs, reference.run(inputs), Tolerance::backend_vs_reference());
+  std::string diff = compare_outputs(outputs, reference.run(inputs),
+                                     Tolerance::backend_vs_reference(significand_bits));
   if (!diff.empty())
     fail(ErrorKind::kBackend, "--verify: the outputs differ from reference: {}", diff);
 }
@@ -110,7 +116,7 @@ int run(const RunOptions& o) {
   }
   const std::string backend =
       o.backend.empty() ? BackendRegistry::global().fallback().name() : o.backend;
-  if (o.verify) verify_against_reference(loaded, inputs, outputs, session.threads());
+  if (o.verify) verify_against_reference(loaded, session, inputs, outputs);
   if (!o.outputs_dir.empty()) {
     fs::create_directories(o.outputs_dir);
     for (size_t i = 0; i < outputs.size(); ++i)

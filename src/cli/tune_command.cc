@@ -32,6 +32,11 @@ struct TuneCommandOptions {
   double lease = 30;
 };
 
+// Why a plan in tune's table was not timed end to end.
+std::string not_timed_reason(const PlanTiming& t) {
+  return t.not_timed_reason.empty() ? "predicted over 3x the best" : t.not_timed_reason;
+}
+
 void print_result(const TuneResult& r) {
   fmt::print(
       "tuned in {:.1f} s: {} candidates ({} measured, {} cache hits, {}{} failed); "
@@ -73,7 +78,7 @@ void print_result(const TuneResult& r) {
         std::isfinite(t.predicted_ms) ? fmt::format("{:.3f}", t.predicted_ms) : std::string("-");
     std::string name = (t.name == r.winner ? "*" : " ") + t.name;
     if (!t.timed) {
-      fmt::print("  {:<16} {:>13}   not timed: predicted over 3x the best\n", name, predicted);
+      fmt::print("  {:<16} {:>13}   not timed: {}\n", name, predicted, not_timed_reason(t));
       continue;
     }
     fmt::print("  {:<16} {:>13} {:>13.3f} {:>7} {:>15.2f}x\n", name, predicted, t.measured_ms,
@@ -93,13 +98,15 @@ nlohmann::json result_json(const TuneResult& r, const std::string& plan_path) {
     placement.push_back({{"backend", s.backend}, {"nodes", s.nodes}, {"cost_ms", s.cost_ms}});
   nlohmann::json timings = nlohmann::json::array();
   for (const auto& t : r.timings)
-    timings.push_back({{"plan", t.name},
-                       {"written", t.name == r.winner},
-                       {"predicted_ms", finite_or_null(t.predicted_ms)},
-                       {"measured_ms", t.timed ? finite_or_null(t.measured_ms) : nlohmann::json()},
-                       {"timed", t.timed},
-                       {"steps", t.steps},
-                       {"from_cost_db", t.from_cost_db}});
+    timings.push_back(
+        {{"plan", t.name},
+         {"written", t.name == r.winner},
+         {"predicted_ms", finite_or_null(t.predicted_ms)},
+         {"measured_ms", t.timed ? finite_or_null(t.measured_ms) : nlohmann::json()},
+         {"timed", t.timed},
+         {"not_timed_reason", t.timed ? nlohmann::json() : nlohmann::json(not_timed_reason(t))},
+         {"steps", t.steps},
+         {"from_cost_db", t.from_cost_db}});
   return {{"format", "collage-tune"},
           {"version", 1},
           {"collage_version", version()},

@@ -194,8 +194,9 @@ CostRecord Measurer::measure_uncached(const Graph& sub, const std::string& canon
     kernel->run(run_inputs, run_outputs);
     if (device) device_outputs->download(outputs);
     if (options_.verify && !BackendRegistry::global().is_fallback(*candidate.backend)) {
-      std::string mismatch = compare_outputs(outputs, reference_outputs(sub, canonical, inputs),
-                                             Tolerance::backend_vs_reference());
+      std::string mismatch = compare_outputs(
+          outputs, reference_outputs(sub, canonical, inputs),
+          Tolerance::backend_vs_reference(candidate.backend->float32_significand_bits()));
       use_threads_on_this_thread(candidate.threads);  // the reference may have changed it
       if (!mismatch.empty()) return CostRecord::failure("wrong result: " + mismatch);
     }

@@ -325,6 +325,7 @@ class Tuner {
       c.runner_up = true;
       contenders.push_back(std::move(c));
     }
+    std::vector<PlanTiming> unrunnable;  // single-backend plans that cannot run: shown why
     for (Backend* b : backends_) {
       // The fallback is the oracle, not a contender: far slower.
       if (BackendRegistry::global().is_fallback(*b)) continue;
@@ -334,6 +335,12 @@ class Tuner {
       // or hung in the worker) when measured alone must not run here.
       if (std::string why = unsafe_group(placement); !why.empty()) {
         spdlog::info("no single-backend plan for {}: {}", b->name(), why);
+        PlanTiming skipped;
+        skipped.name = b->name();
+        skipped.predicted_ms = skipped.measured_ms = std::numeric_limits<double>::quiet_NaN();
+        skipped.timed = false;
+        skipped.not_timed_reason = why;
+        unrunnable.push_back(std::move(skipped));
         continue;
       }
       contenders.push_back({b->name(),
@@ -437,6 +444,7 @@ class Tuner {
       if (c.executor) c.timing.steps = c.executor->steps().size();
       result_.timings.push_back(c.timing);
     }
+    for (PlanTiming& t : unrunnable) result_.timings.push_back(std::move(t));
     result_.winner = best->name;
     make_plan(*best->executor, best->timing.predicted_ms, best->timing.measured_ms);
   }

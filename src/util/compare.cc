@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -115,6 +116,16 @@ std::string compare_exact(const Tensor& actual, const Tensor& expected) {
 }
 
 }  // namespace
+
+Tolerance Tolerance::backend_vs_reference(int significand_bits) {
+  Tolerance tol{1e-3, 1e-6, 1e-4};
+  if (significand_bits < 24) {
+    const double reduced = 16 * std::ldexp(1.0, -significand_bits);
+    tol.rtol = std::max(tol.rtol, reduced);
+    tol.atol_fraction = std::max(tol.atol_fraction, reduced);
+  }
+  return tol;
+}
 
 std::string compare_tensors(const Tensor& actual, const Tensor& expected, const Tolerance& tol) {
   if (actual.dtype() != expected.dtype())

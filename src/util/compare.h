@@ -19,8 +19,11 @@ struct Tolerance {
   double atol_fraction = 0;
 
   // A backend's kernel against the reference backend on random inputs (the tuner's check,
-  // `run --verify`, the backend tests).
-  static Tolerance backend_vs_reference() { return {1e-3, 1e-6, 1e-4}; }
+  // `run --verify`, the backend tests), for float32 math keeping `significand_bits`
+  // (Backend::float32_significand_bits): 24 gives the float32 rule; fewer widen rtol and
+  // atol_fraction to 16 times that precision's unit roundoff 2^-bits (TF32, 11 bits: 7.8e-3),
+  // the error a chain of such layers reaches while a wrong kernel still misses by far more.
+  static Tolerance backend_vs_reference(int significand_bits = 24);
 };
 
 // Empty when `actual` matches `expected`: same dtype and shape; floats within

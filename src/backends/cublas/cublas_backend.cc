@@ -419,6 +419,7 @@ class CublasBackend : public Backend {
                        CudaDevice::tf32() ? "+tf32" : "");
   }
   std::string thread_model() const override { return "CUDA stream"; }
+  int float32_significand_bits() const override { return CudaDevice::matmul_significand_bits(); }
   bool available() const override { return CudaDevice::get().available() && lt_loadable(nullptr); }
   std::string unavailable_reason() const override {
     if (!CudaDevice::get().available()) return CudaDevice::get().unavailable_reason();

@@ -173,6 +173,12 @@ class CudaGraphBackend : public Backend {
   bool available() const override { return CudaDevice::get().available(); }
   std::string unavailable_reason() const override { return CudaDevice::get().unavailable_reason(); }
   Device* device() const override { return &CudaDevice::get(); }
+  // Its regions hold the inner backends' kernels: the least precise of them.
+  int float32_significand_bits() const override {
+    int bits = 24;
+    for (Backend* b : gpu_backends()) bits = std::min(bits, b->float32_significand_bits());
+    return bits;
+  }
   std::vector<std::string> details() const override {
     std::string inner;
     for (Backend* b : gpu_backends()) inner += (inner.empty() ? "" : ", ") + b->name();

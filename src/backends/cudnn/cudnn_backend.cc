@@ -61,6 +61,7 @@ class CudnnBackend : public Backend {
   bool available() const override { return CudaDevice::get().available(); }
   std::string unavailable_reason() const override { return CudaDevice::get().unavailable_reason(); }
   Device* device() const override { return &CudaDevice::get(); }
+  int float32_significand_bits() const override { return CudaDevice::matmul_significand_bits(); }
   std::vector<std::string> details() const override {
     return {
         "cuDNN's legacy convolution API (cudnnConvolutionBiasActivationForward for "

@@ -52,6 +52,9 @@ class CudaDevice : public Device {
   // COLLAGE_CUDA_TF32=1. Off by default: results then match float32 references; the backends
   // that honour it (cudnn, cublas) name it in their version, so the two are costed apart.
   static bool tf32();
+  // The significand bits of those products (Backend::float32_significand_bits): 11 with
+  // TF32 (10 stored + the implicit one), else float32's 24.
+  static int matmul_significand_bits() { return tf32() ? 11 : 24; }
 
  private:
   CudaDevice() = default;
