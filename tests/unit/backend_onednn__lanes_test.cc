@@ -354,6 +354,59 @@ TEST(OnednnLanes, ABatchNormWrongOnOneThreadOfATeamStaysOutOfTheLanes) {
   }
 }
 
+TEST(OnednnLanes, APrimitiveCallingAnOpenMpBarrierRunsInALaneWithoutHanging) {
+  // oneDNN 2.6's batch norm in plain layout (ncsp_bnorm) blocks over channels when its data
+  // is over half the L3 share of its threads, and then calls an OpenMP barrier from its
+  // parallel(); on one thread of a team that barrier bound to the enclosing team and waited
+  // for the other thread forever (DenseNet-121 under onednn-graph hung in the narrow check
+  // on a Zen 5 EPYC). 16 MiB is past that size on the machines seen (4-8 MiB L3 per core).
+  // Each lane now runs in a team of its own thread (in_team_of_one): the program is
+  // checked, staged and run, and computes what it computes one step at a time.
+  WithLanes lanes("always");
+  const int64_t c = 256, hw = 128;
+  const dnnl::memory::desc md({1, c, hw, hw}, dt::f32, tag::abcd);
+  const dnnl::memory::desc cmd({c}, dt::f32, tag::a);
+  auto build = [&](Program& p) {
+    dnnl::memory x = p.input(0, md);
+    std::vector<float> stat(c);
+    for (int64_t i = 0; i < c; ++i) stat[i] = 0.5f + 0.01f * static_cast<float>(i % 40);
+    const Tensor stats = Tensor::from_vector<float>({c}, stat);
+    dnnl::memory mean = p.constant(stats, cmd, cmd), var = p.constant(stats, cmd, cmd);
+    dnnl::memory scale = p.constant(stats, cmd, cmd), shift = p.constant(stats, cmd, cmd);
+    const auto flags = dnnl::normalization_flags::use_global_stats |
+                       dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    auto pd = dnnl::batch_normalization_forward::primitive_desc(
+        dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, md, 1e-3f,
+                                                flags),
+        base_attr(), cpu_engine());
+    dnnl::memory normed = p.rewritten_buffer(md), other = p.rewritten_buffer(md);
+    p.add(dnnl::batch_normalization_forward(pd), pd,
+          {{DNNL_ARG_SRC, x},
+           {DNNL_ARG_DST, normed},
+           {DNNL_ARG_MEAN, mean},
+           {DNNL_ARG_VARIANCE, var},
+           {DNNL_ARG_SCALE, scale},
+           {DNNL_ARG_SHIFT, shift}});
+    add_linear(p, x, other, 3.0f, 1.0f);
+    add_sum(p, normed, other, p.output(0, md));
+  };
+  Program sequential, staged;
+  build(sequential);
+  build(staged);
+  sequential.finalize(Program::Lanes::kSequential);
+  staged.finalize(Program::Lanes::kAlways);
+  const Shape shape = {1, c, hw, hw};
+  std::vector<float> values(static_cast<size_t>(c * hw * hw));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 61) * 0.02f - 0.6f;
+  Tensor in = Tensor::from_vector<float>(shape, values);
+  Tensor want(DType::kFloat32, shape), got(DType::kFloat32, shape);
+  sequential.run(std::span<const Tensor>(&in, 1), std::span<const Tensor>(&want, 1));
+  for (int run = 0; run < 2; ++run) {
+    staged.run(std::span<const Tensor>(&in, 1), std::span<const Tensor>(&got, 1));
+    ASSERT_TRUE(outputs_match({got}, {want}, Tolerance{0, 0, 0})) << "run " << run;
+  }
+}
+
 ValueId conv_relu(GraphBuilder& b, ValueId x, int64_t in, int64_t out, int64_t k) {
   const int64_t p = k / 2;
   return b.add1(

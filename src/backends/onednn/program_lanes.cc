@@ -160,8 +160,10 @@ std::vector<bool> Program::narrow_safe_steps(int threads) {
       dnnl_status_t status = dnnl_success;
 #pragma omp parallel num_threads(threads)
       if (omp_get_thread_num() == threads - 1)
-        status = dnnl_primitive_execute(step.primitive.get(), stream_.get(),
-                                        static_cast<int>(args.size()), args.data());
+        in_team_of_one([&] {
+          status = dnnl_primitive_execute(step.primitive.get(), stream_.get(),
+                                          static_cast<int>(args.size()), args.data());
+        });
       check(status);
     }
     check(execute(s, stream_));
@@ -197,11 +199,13 @@ std::vector<StepCost> Program::measure_step_costs(int threads) {
     dnnl_status_t status = dnnl_success;
 #pragma omp parallel num_threads(threads)
     if (omp_get_thread_num() == 0)
-      for (size_t s = 0; s < steps_.size() && status == dnnl_success; ++s) {
-        const auto t0 = Clock::now();
-        status = execute(s, stream_);
-        narrow[s].push_back(ms_since(t0));
-      }
+      in_team_of_one([&] {
+        for (size_t s = 0; s < steps_.size() && status == dnnl_success; ++s) {
+          const auto t0 = Clock::now();
+          status = execute(s, stream_);
+          narrow[s].push_back(ms_since(t0));
+        }
+      });
     check(status);
   }
   std::vector<StepCost> costs(steps_.size());
@@ -406,11 +410,16 @@ void Program::run_lanes(size_t stage_index) {
       }
       done_[s].store(epoch, std::memory_order_release);
     };
+    // Each lane in a team of its own thread (in_team_of_one, dnnl_common.h says why).
     if (alone) {
       if (lane == 0)
-        for (size_t s = stage.begin; s < stage.end; ++s) run_one(s);
+        in_team_of_one([&] {
+          for (size_t s = stage.begin; s < stage.end; ++s) run_one(s);
+        });
     } else if (lane < lanes) {
-      for (size_t s : stage.lanes[lane]) run_one(s);
+      in_team_of_one([&] {
+        for (size_t s : stage.lanes[lane]) run_one(s);
+      });
     }
   }
   check(static_cast<dnnl_status_t>(failed.load()));
