@@ -142,6 +142,7 @@ class WithLanes {
 
 using dt = dnnl::memory::data_type;
 
+using program_steps::add_batch_norm;
 using program_steps::add_linear;
 using program_steps::add_sum;
 
@@ -294,28 +295,10 @@ TEST(OnednnLanes, ABatchNormWrongOnOneThreadOfATeamStaysOutOfTheLanes) {
   // batch norm, must still compute what they compute one after another.
   WithLanes lanes("always");
   const dnnl::memory::desc md({1, 44, 28, 28}, dt::f32, tag::acdb);
-  const dnnl::memory::desc cmd({44}, dt::f32, tag::a);
   auto build = [&](Program& p) {
     dnnl::memory x = p.input(0, md);
-    std::vector<float> stat(44);
-    for (int i = 0; i < 44; ++i) stat[i] = 0.5f + 0.01f * static_cast<float>(i);
-    const Tensor stats = Tensor::from_vector<float>({44}, stat);
-    dnnl::memory mean = p.constant(stats, cmd, cmd), var = p.constant(stats, cmd, cmd);
-    dnnl::memory scale = p.constant(stats, cmd, cmd), shift = p.constant(stats, cmd, cmd);
-    const auto flags = dnnl::normalization_flags::use_global_stats |
-                       dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
-    auto pd = dnnl::batch_normalization_forward::primitive_desc(
-        dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, md, 1e-3f,
-                                                flags),
-        base_attr(), cpu_engine());
     dnnl::memory normed = p.rewritten_buffer(md), other = p.rewritten_buffer(md);
-    p.add(dnnl::batch_normalization_forward(pd), pd,
-          {{DNNL_ARG_SRC, x},
-           {DNNL_ARG_DST, normed},
-           {DNNL_ARG_MEAN, mean},
-           {DNNL_ARG_VARIANCE, var},
-           {DNNL_ARG_SCALE, scale},
-           {DNNL_ARG_SHIFT, shift}});
+    add_batch_norm(p, x, normed);
     // Two more branches, so that the program has lanes to give.
     dnnl::memory other2 = p.rewritten_buffer(md), third = p.rewritten_buffer(md);
     add_linear(p, x, other, 3.0f, 1.0f);
@@ -365,28 +348,10 @@ TEST(OnednnLanes, APrimitiveCallingAnOpenMpBarrierRunsInALaneWithoutHanging) {
   WithLanes lanes("always");
   const int64_t c = 256, hw = 128;
   const dnnl::memory::desc md({1, c, hw, hw}, dt::f32, tag::abcd);
-  const dnnl::memory::desc cmd({c}, dt::f32, tag::a);
   auto build = [&](Program& p) {
     dnnl::memory x = p.input(0, md);
-    std::vector<float> stat(c);
-    for (int64_t i = 0; i < c; ++i) stat[i] = 0.5f + 0.01f * static_cast<float>(i % 40);
-    const Tensor stats = Tensor::from_vector<float>({c}, stat);
-    dnnl::memory mean = p.constant(stats, cmd, cmd), var = p.constant(stats, cmd, cmd);
-    dnnl::memory scale = p.constant(stats, cmd, cmd), shift = p.constant(stats, cmd, cmd);
-    const auto flags = dnnl::normalization_flags::use_global_stats |
-                       dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
-    auto pd = dnnl::batch_normalization_forward::primitive_desc(
-        dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, md, 1e-3f,
-                                                flags),
-        base_attr(), cpu_engine());
     dnnl::memory normed = p.rewritten_buffer(md), other = p.rewritten_buffer(md);
-    p.add(dnnl::batch_normalization_forward(pd), pd,
-          {{DNNL_ARG_SRC, x},
-           {DNNL_ARG_DST, normed},
-           {DNNL_ARG_MEAN, mean},
-           {DNNL_ARG_VARIANCE, var},
-           {DNNL_ARG_SCALE, scale},
-           {DNNL_ARG_SHIFT, shift}});
+    add_batch_norm(p, x, normed);
     add_linear(p, x, other, 3.0f, 1.0f);
     add_sum(p, normed, other, p.output(0, md));
   };
