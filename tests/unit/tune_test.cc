@@ -290,5 +290,50 @@ TEST(Tune, KernelsRunWithTheTuningsThreadCount) {
   }
 }
 
+// A Relu backend that computes garbage (every output 7): each of its kernels fails the check
+// against reference, so its single-backend plan cannot run; tune's table says so instead of
+// leaving it out (as it did for cuda-graph under TF32, DESIGN "GPU backends").
+class WrongReluKernel : public Kernel {
+ public:
+  void run(std::span<const Tensor>, std::span<const Tensor> out) override {
+    float* y = out[0].data<float>();
+    for (int64_t i = 0; i < out[0].numel(); ++i) y[i] = 7.0f;
+  }
+};
+class WrongReluBackend : public Backend {
+ public:
+  std::string name() const override { return "test-wrong-relu"; }
+  std::string version() const override { return "1"; }
+  std::vector<PatternEntry> patterns() const override { return {{"relu", op("Relu"), {}}}; }
+  std::unique_ptr<Kernel> compile(const Graph&, const CompileOptions&) override {
+    return std::make_unique<WrongReluKernel>();
+  }
+};
+
+TEST(Tune, ASingleBackendPlanThatCannotRunIsARowWithItsReason) {
+  BackendRegistry::global().add(std::make_shared<WrongReluBackend>());
+  testing::GraphBuilder b;
+  ValueId v = b.input("x", DType::kFloat32, {64});
+  for (int i = 0; i < 3; ++i) v = b.add1("Relu", {v});
+  b.output(v);
+  Graph g = b.finish();
+  TempCostDb db("tune_wrong_relu");
+  TuneOptions options;
+  options.cost_db_path = db.path();
+  options.threads = 1;
+  options.backends = {"test-wrong-relu"};
+  options.budget_s = 5;
+  TuneResult r = tune(g, options);
+  EXPECT_EQ(r.winner, "tuned");
+  auto row = std::find_if(r.timings.begin(), r.timings.end(),
+                          [](const PlanTiming& t) { return t.name == "test-wrong-relu"; });
+  ASSERT_NE(row, r.timings.end()) << "the single-backend plan is missing from the table";
+  EXPECT_FALSE(row->timed);
+  EXPECT_NE(row->not_timed_reason.find("failed when measured alone"), std::string::npos)
+      << row->not_timed_reason;
+  // The written plan runs nothing of it.
+  for (const PlanGroup& group : r.plan.groups) EXPECT_NE(group.backend, "test-wrong-relu");
+}
+
 }  // namespace
 }  // namespace collage
