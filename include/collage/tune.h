@@ -58,8 +58,9 @@ struct PlanTiming {
   // False for a plan predicted so much slower than the best that timing it end to end
   // would only cost time (a whole CNN on Halide's generated convolutions, say).
   bool timed = true;
-  // Why it was not timed when not for its prediction: a single-backend plan with a kernel
-  // that failed when measured alone (its check against reference, say) is not run at all.
+  // Why it was not timed ("" when it was): its prediction, or, for a single-backend plan, a
+  // kernel that failed when measured alone (its check against reference, say): such a plan
+  // is not run at all.
   std::string not_timed_reason;
   bool from_cost_db = false;  // the latency was measured by an earlier tune
 };

@@ -221,9 +221,15 @@ void bind_plan(py::module_& m) {
       .def_property_readonly(
           "measured_ms",
           [](const PlanTiming& t) { return t.timed ? ms_or_none(t.measured_ms) : py::none(); },
-          "None when it was not timed (predicted over 3x the best)")
+          "None when it was not timed (not_timed_reason says why)")
       .def_readonly("steps", &PlanTiming::steps)
       .def_readonly("timed", &PlanTiming::timed)
+      .def_property_readonly(
+          "not_timed_reason",
+          [](const PlanTiming& t) -> py::object {
+            return t.timed ? py::none() : py::cast(t.not_timed_reason);
+          },
+          "None when it was timed; else why not (its prediction, or a kernel that failed)")
       .def_readonly("from_cost_db", &PlanTiming::from_cost_db)
       .def("__repr__", [](const PlanTiming& t) {
         return fmt::format("<collage.PlanTiming {}: predicted {:.3f} ms, measured {}>", t.name,

@@ -32,11 +32,6 @@ struct TuneCommandOptions {
   double lease = 30;
 };
 
-// Why a plan in tune's table was not timed end to end.
-std::string not_timed_reason(const PlanTiming& t) {
-  return t.not_timed_reason.empty() ? "predicted over 3x the best" : t.not_timed_reason;
-}
-
 void print_result(const TuneResult& r) {
   fmt::print(
       "tuned in {:.1f} s: {} candidates ({} measured, {} cache hits, {}{} failed); "
@@ -78,7 +73,7 @@ void print_result(const TuneResult& r) {
         std::isfinite(t.predicted_ms) ? fmt::format("{:.3f}", t.predicted_ms) : std::string("-");
     std::string name = (t.name == r.winner ? "*" : " ") + t.name;
     if (!t.timed) {
-      fmt::print("  {:<16} {:>13}   not timed: {}\n", name, predicted, not_timed_reason(t));
+      fmt::print("  {:<16} {:>13}   not timed: {}\n", name, predicted, t.not_timed_reason);
       continue;
     }
     fmt::print("  {:<16} {:>13} {:>13.3f} {:>7} {:>15.2f}x\n", name, predicted, t.measured_ms,
@@ -104,7 +99,7 @@ nlohmann::json result_json(const TuneResult& r, const std::string& plan_path) {
          {"predicted_ms", finite_or_null(t.predicted_ms)},
          {"measured_ms", t.timed ? finite_or_null(t.measured_ms) : nlohmann::json()},
          {"timed", t.timed},
-         {"not_timed_reason", t.timed ? nlohmann::json() : nlohmann::json(not_timed_reason(t))},
+         {"not_timed_reason", t.timed ? nlohmann::json() : nlohmann::json(t.not_timed_reason)},
          {"steps", t.steps},
          {"from_cost_db", t.from_cost_db}});
   return {{"format", "collage-tune"},

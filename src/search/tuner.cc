@@ -379,6 +379,7 @@ class Tuner {
     for (size_t i = 0; i < contenders.size(); ++i) {
       Contender& c = contenders[i];
       c.timing.timed = worth[i];
+      if (!worth[i]) c.timing.not_timed_reason = "predicted over 3x the best";
       c.timing.measured_ms = std::numeric_limits<double>::quiet_NaN();
       if (!c.timing.timed) continue;
       c.side_by_side =

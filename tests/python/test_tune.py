@@ -28,6 +28,9 @@ def test_round_trip(cli, model, tuned, workdir):
     names = [t.name for t in report.timings]
     assert names[0] == "tuned" and {"onednn", "xnnpack", "blas"} <= set(names)
     winner = next(t for t in report.timings if t.name == report.winner)
+    # Every plan not timed says why; a timed one has no reason.
+    for t in report.timings:
+        assert (t.not_timed_reason is None) == t.timed, t
     assert plan.measured_ms == pytest.approx(winner.measured_ms)
     assert report.candidates == report.measured + report.cache_hits
     assert report.cost_db.endswith("costs.db")
