@@ -26,9 +26,9 @@ struct MeasureOptions {
   int max_repeats = 100;
   double max_spread = 0.03;  // stop when the interquartile range is this fraction of the median
   double budget_ms = 1500;   // per candidate, warm-up and verification excluded
+  // Check each kernel's outputs against reference once, with the project's rule for its
+  // backend's precision (Tolerance::backend_vs_reference).
   bool verify = true;
-  double rtol = 1e-3;
-  double atol_fraction = 1e-4;  // atol = this x max|reference|: scale-free absolute slack
   // Bytes read between timed runs (0: none). Inside a model, the rest of the model runs
   // between two calls of a kernel and evicts its weights from the caches when the model is
   // bigger than they are: BERT-base's 9 MiB matmuls ran 1.2x slower there than when timed

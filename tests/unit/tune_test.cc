@@ -241,6 +241,31 @@ TEST(Tune, OneThreadIsMeasuredAndWrittenThroughout) {
   EXPECT_EQ(session.threads(), 1);
 }
 
+// A test backend named `name` that takes every Relu and runs it with a `RunKernel`.
+template <class RunKernel>
+class ReluBackend : public Backend {
+ public:
+  explicit ReluBackend(std::string name) : name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  std::string version() const override { return "1"; }
+  std::vector<PatternEntry> patterns() const override { return {{"relu", op("Relu"), {}}}; }
+  std::unique_ptr<Kernel> compile(const Graph&, const CompileOptions&) override {
+    return std::make_unique<RunKernel>();
+  }
+
+ private:
+  std::string name_;
+};
+
+// Three Relus in a row on 64 floats.
+Graph relu_chain() {
+  testing::GraphBuilder b;
+  ValueId v = b.input("x", DType::kFloat32, {64});
+  for (int i = 0; i < 3; ++i) v = b.add1("Relu", {v});
+  b.output(v);
+  return b.finish();
+}
+
 // A backend whose Relu kernels record the OpenMP thread count they run with (the count
 // OpenMP libraries such as oneDNN use).
 std::set<int>& seen_thread_counts() {
@@ -256,25 +281,13 @@ class ThreadProbeKernel : public Kernel {
     for (int64_t i = 0; i < in[0].numel(); ++i) y[i] = x[i] > 0 ? x[i] : 0;
   }
 };
-class ThreadProbeBackend : public Backend {
- public:
-  std::string name() const override { return "test-thread-probe"; }
-  std::string version() const override { return "1"; }
-  std::vector<PatternEntry> patterns() const override { return {{"relu", op("Relu"), {}}}; }
-  std::unique_ptr<Kernel> compile(const Graph&, const CompileOptions&) override {
-    return std::make_unique<ThreadProbeKernel>();
-  }
-};
 
 TEST(Tune, KernelsRunWithTheTuningsThreadCount) {
   if (std::thread::hardware_concurrency() < 2)
     GTEST_SKIP() << "needs 2+ cores to tell one thread from every core";
-  BackendRegistry::global().add(std::make_shared<ThreadProbeBackend>());
-  testing::GraphBuilder b;
-  ValueId v = b.input("x", DType::kFloat32, {64});
-  for (int i = 0; i < 3; ++i) v = b.add1("Relu", {v});
-  b.output(v);
-  Graph g = b.finish();
+  BackendRegistry::global().add(
+      std::make_shared<ReluBackend<ThreadProbeKernel>>("test-thread-probe"));
+  const Graph g = relu_chain();
   for (int threads : {1, 2}) {
     TempCostDb db(fmt::format("tune_probe_{}", threads));
     seen_thread_counts().clear();
@@ -290,9 +303,9 @@ TEST(Tune, KernelsRunWithTheTuningsThreadCount) {
   }
 }
 
-// A Relu backend that computes garbage (every output 7): each of its kernels fails the check
-// against reference, so its single-backend plan cannot run; tune's table says so instead of
-// leaving it out (as it did for cuda-graph under TF32, DESIGN "GPU backends").
+// A Relu kernel that computes garbage (every output 7): each kernel of a backend of it fails
+// the check against reference, so its single-backend plan cannot run; tune's table says so instead
+// of leaving it out (as it did for cuda-graph under TF32, DESIGN "GPU backends").
 class WrongReluKernel : public Kernel {
  public:
   void run(std::span<const Tensor>, std::span<const Tensor> out) override {
@@ -300,23 +313,10 @@ class WrongReluKernel : public Kernel {
     for (int64_t i = 0; i < out[0].numel(); ++i) y[i] = 7.0f;
   }
 };
-class WrongReluBackend : public Backend {
- public:
-  std::string name() const override { return "test-wrong-relu"; }
-  std::string version() const override { return "1"; }
-  std::vector<PatternEntry> patterns() const override { return {{"relu", op("Relu"), {}}}; }
-  std::unique_ptr<Kernel> compile(const Graph&, const CompileOptions&) override {
-    return std::make_unique<WrongReluKernel>();
-  }
-};
 
 TEST(Tune, ASingleBackendPlanThatCannotRunIsARowWithItsReason) {
-  BackendRegistry::global().add(std::make_shared<WrongReluBackend>());
-  testing::GraphBuilder b;
-  ValueId v = b.input("x", DType::kFloat32, {64});
-  for (int i = 0; i < 3; ++i) v = b.add1("Relu", {v});
-  b.output(v);
-  Graph g = b.finish();
+  BackendRegistry::global().add(std::make_shared<ReluBackend<WrongReluKernel>>("test-wrong-relu"));
+  const Graph g = relu_chain();
   TempCostDb db("tune_wrong_relu");
   TuneOptions options;
   options.cost_db_path = db.path();

@@ -69,20 +69,6 @@ auto create_pd(const std::string& what, F&& make) -> decltype(make()) {
 // op is kept: the tuner measures it against the other backends anyway.
 bool is_reference_impl(const std::string& impl_info);
 
-// Runs `f` (steps of a program, from one thread of an OpenMP team: a lane, or the narrow
-// checks and timings) inside a team of that thread alone, so that an OpenMP barrier in a
-// primitive binds to it and returns. oneDNN's parallel() runs its function on the calling
-// thread alone when already inside a team, yet some implementations still call a barrier
-// there (ncsp batch normalization when it blocks over channels for the L3): it then bound to
-// the enclosing team and waited for the other threads forever (DenseNet-121 under
-// onednn-graph, 2 threads, a Zen 5 EPYC: the first run hung in narrow_safe_steps). One such
-// team per lane and stage, not per step: opening one costs ~3 us here (libgomp).
-template <class F>
-void in_team_of_one(F&& f) {
-#pragma omp parallel num_threads(1)
-  f();
-}
-
 // A compiled sequence of primitive executions over memories created at compile time.
 // Kernel inputs/outputs are bound to memories whose data handle is swapped in run(), so
 // running allocates nothing.

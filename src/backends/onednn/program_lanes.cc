@@ -20,7 +20,22 @@
 #include "util/compare.h"
 
 namespace collage::onednn {
+
 namespace {
+
+// Runs `f` (steps of a program, from one thread of an OpenMP team: a lane, or the narrow
+// checks and timings) inside a team of that thread alone, so that an OpenMP barrier in a
+// primitive binds to it and returns. oneDNN's parallel() runs its function on the calling
+// thread alone when already inside a team, yet some implementations still call a barrier
+// there (ncsp batch normalization when it blocks over channels for the L3): it then bound to
+// the enclosing team and waited for the other threads forever (DenseNet-121 under
+// onednn-graph, 2 threads, a Zen 5 EPYC: the first run hung in narrow_safe_steps). One such
+// team per lane and stage, not per step: opening one costs ~3 us here (libgomp).
+template <class F>
+void in_team_of_one(F&& f) {
+#pragma omp parallel num_threads(1)
+  f();
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -410,7 +425,7 @@ void Program::run_lanes(size_t stage_index) {
       }
       done_[s].store(epoch, std::memory_order_release);
     };
-    // Each lane in a team of its own thread (in_team_of_one, dnnl_common.h says why).
+    // Each lane in a team of its own thread (in_team_of_one says why).
     if (alone) {
       if (lane == 0)
         in_team_of_one([&] {
