@@ -189,8 +189,8 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
   attr.set_post_ops(post.ops);
 
   const dnnl::memory::desc w_view = weights_view(ws, group, transposed);
-  const dnnl::memory::desc src_md = any_md(to_dims(xs)), dst_md = any_md(to_dims(ys)),
-                           w_md = any_md(w_view.dims()),
+  const dnnl::memory::desc src_md = any_md(to_dims(xs)), dst_md = any_md(to_dims(ys));
+  const dnnl::memory::desc w_md = any_md(w_view.dims()),
                            b_md = has_bias ? dnnl::memory::desc({oc}, dt::f32, tag::a)
                                            : dnnl::memory::desc();
   const auto inference = dnnl::prop_kind::forward_inference;
@@ -207,14 +207,29 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
     prim = dnnl::deconvolution_forward(p);
     pd = std::make_shared<dnnl::deconvolution_forward::primitive_desc>(p);
   } else {
-    auto p = create_pd(winograd ? "Winograd convolution" : "convolution", [&] {
+    auto forward = [&](const dnnl::memory::desc& src, const dnnl::memory::desc& dst) {
       return dnnl::convolution_forward::primitive_desc(
           dnnl::convolution_forward::desc(inference,
                                           winograd ? dnnl::algorithm::convolution_winograd
                                                    : dnnl::algorithm::convolution_direct,
-                                          src_md, w_md, b_md, dst_md, geo.strides, geo.dilates,
-                                          geo.pad_l, geo.pad_r),
+                                          src, w_md, b_md, dst, geo.strides, geo.dilates, geo.pad_l,
+                                          geo.pad_r),
           attr, cpu_engine());
+    };
+    // Where a region keeps layouts (concatenations in place), the input as it is and the
+    // output in its slice's layout, if oneDNN has a jit kernel for that; else its choice.
+    std::optional<dnnl::convolution_forward::primitive_desc> kept;
+    const std::optional<dnnl::memory::desc> kept_src = values.kept_layout(x, xs),
+                                            home_dst = values.home_layout(tail.out);
+    if (!winograd && (kept_src || home_dst)) {
+      try {
+        kept = forward(kept_src.value_or(src_md), home_dst.value_or(dst_md));
+        if (is_reference_impl(kept->impl_info_str())) kept.reset();
+      } catch (const dnnl::error&) {
+      }
+    }
+    auto p = kept ? *kept : create_pd(winograd ? "Winograd convolution" : "convolution", [&] {
+      return forward(src_md, dst_md);
     });
     prim = dnnl::convolution_forward(p);
     pd = std::make_shared<dnnl::convolution_forward::primitive_desc>(p);

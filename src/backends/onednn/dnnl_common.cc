@@ -26,7 +26,8 @@ std::string backend_version() {
   // 10: x * HardSigmoid(x, 1/6) is one hardswish post-op (epilogue.cc). 11: a concatenation
   // of inputs in different layouts keeps an activation layout (layout_kernel.cc). 12: regions hold
   // the LayerNorm decomposition, LayerNormalization, Softmax and erf GELUs (norm_kernel.cc).
-  constexpr int kKernelRevision = 12;
+  // 13: chains of concatenations in place, their blocks channel-blocked (concat_in_place.h).
+  constexpr int kKernelRevision = 13;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
@@ -129,6 +130,12 @@ std::vector<std::string> Program::implementations() const {
                               &info);
     out.emplace_back(info ? info : "");
   }
+  return out;
+}
+
+std::vector<dnnl::primitive::kind> Program::step_kinds() const {
+  std::vector<dnnl::primitive::kind> out;
+  for (const Step& step : steps_) out.push_back(step.primitive.get_kind());
   return out;
 }
 

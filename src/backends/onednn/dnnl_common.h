@@ -128,6 +128,8 @@ class Program {
   // Each step's oneDNN implementation ("jit:uni", "ref:any", ...), in program order: what a
   // test checks to know a kernel did not fall back to oneDNN's reference loops.
   std::vector<std::string> implementations() const;
+  // Each step's primitive kind (convolution, concat, reorder, ...), in program order.
+  std::vector<dnnl::primitive::kind> step_kinds() const;
 
  private:
   struct Step {

@@ -315,6 +315,8 @@ void emit_concat(const Graph& sub, ValueMemories& values) {
   const ValueId y = n.outputs[0];
   const Shape& ys = sub.value(y).shape;
   const int64_t axis = normalize_axis(n.attr_int("axis", 0), ys.size());
+  // Its inputs already side by side in their slices of one buffer (concat_in_place.h).
+  if (values.concat_in_place(y, n.inputs)) return;
   std::vector<dnnl::memory> srcs;
   std::vector<dnnl::memory::desc> mds;
   for (ValueId x : n.inputs) {

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <numeric>
 #include <set>
 #include <tuple>
 
 #include <fmt/ranges.h>
 
+#include "backends/onednn/concat_in_place.h"
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
@@ -76,6 +78,7 @@ class RegionCompiler {
              node.op_type);
     }
     values_.bind_plain_boundary(region_);
+    place_concatenations();
     available_.insert(region_.inputs.begin(), region_.inputs.end());
     for (size_t n = 0; n < region_.num_nodes(); ++n)
       if (!covered_[n]) pending_.push_back(grow(static_cast<NodeId>(n)));
@@ -165,6 +168,32 @@ class RegionCompiler {
     return group;
   }
 
+  // Each root buffer of the concatenations done in place (concat_in_place.h), in the
+  // channel-blocked layout of its rank, and every value placed in it given its slice.
+  void place_concatenations() {
+    const ConcatPlan plan = plan_concats_in_place(region_);
+    if (plan.roots.empty()) return;
+    std::vector<dnnl::memory> roots;
+    for (ValueId r : plan.roots) roots.push_back(program_.rewritten_buffer(blocked_md(r)));
+    for (const auto& [v, home] : plan.homes) {
+      const Shape& shape = region_.value(v).shape;
+      // A batch-1 block of whole channel blocks is contiguous: it starts `offset` channels
+      // of the root's spatial size in.
+      const int64_t spatial =
+          std::accumulate(shape.begin() + 2, shape.end(), int64_t{1}, std::multiplies<>());
+      char* base = static_cast<char*>(roots[home.root].get_data_handle());
+      values_.place(v, dnnl::memory(blocked_md(v), cpu_engine(),
+                                    base + home.offset * spatial * sizeof(float)));
+    }
+    values_.keep_input_layouts(true);
+  }
+
+  dnnl::memory::desc blocked_md(ValueId v) const {
+    const Shape& shape = region_.value(v).shape;
+    static const tag kBlocked[] = {tag::aBc16b, tag::aBcd16b, tag::aBcde16b};
+    return dnnl::memory::desc(to_dims(shape), dt::f32, kBlocked[shape.size() - 3]);
+  }
+
   // Every reader of `v` is in `nodes` or already emitted, and `v` does not leave the region.
   bool read_last_by(ValueId v, const std::vector<NodeId>& nodes) const {
     if (std::find(region_.outputs.begin(), region_.outputs.end(), v) != region_.outputs.end())
@@ -206,6 +235,7 @@ class RegionCompiler {
     const Graph sub = extract_subgraph(region_, nodes);
     // The group sees region values under its own subgraph's ids.
     ValueMemories group_values(program_);
+    group_values.keep_input_layouts(values_.keeps_input_layouts());
     for (size_t i = 0; i < b.inputs.size(); ++i) {
       ValueMemories::Entry e = values_.entry(b.inputs[i]);
       e.last_read = read_last_by(b.inputs[i], nodes);

@@ -105,12 +105,83 @@ void ValueMemories::produced(ValueId v, const dnnl::memory& written) {
     entries_[v] = Entry{BoundMemory{written}, {}};
     return;
   }
+  Entry& e = it->second;
+  if (e.home && written.get() == e.home.get()) {
+    e.written = true;  // its producer wrote the home
+    return;
+  }
   auto staged = staged_.find(v);
-  if (staged == staged_.end() || staged->second.get() != written.get()) return;
-  // Readers inside the kernel keep the producer's layout; the bound output gets a copy.
-  program_->copy(written, it->second.primary.memory);
-  it->second = Entry{BoundMemory{written}, {it->second.primary}};
+  if (staged == staged_.end() || staged->second.get() != written.get()) {
+    // A value with a home written elsewhere (an emitter that picks its own memory): copied.
+    if (e.home && !e.written) {
+      program_->copy(written, e.home);
+      Entry moved{BoundMemory{written}, {BoundMemory{e.home}}};
+      moved.aliased = true;
+      moved.home = e.home;
+      moved.written = true;
+      e = std::move(moved);
+    }
+    return;
+  }
+  // Readers inside the kernel keep the producer's layout; the bound output (or the home)
+  // gets a copy.
+  program_->copy(written, e.primary.memory);
+  Entry moved{BoundMemory{written}, {e.primary}};
+  moved.aliased = e.aliased;
+  moved.home = e.home;
+  moved.written = e.written || (e.home && e.primary.memory.get() == e.home.get());
+  e = std::move(moved);
   staged_.erase(staged);
+}
+
+void ValueMemories::place(ValueId v, const dnnl::memory& home) {
+  Entry e{BoundMemory{home}, {}};
+  e.aliased = true;  // other values share its buffer: nothing overwrites it in place
+  e.home = home;
+  entries_[v] = std::move(e);
+}
+
+std::optional<dnnl::memory::desc> ValueMemories::home_layout(ValueId v) const {
+  auto it = entries_.find(v);
+  if (it == entries_.end() || !it->second.home || it->second.written) return std::nullopt;
+  return it->second.home.get_desc();
+}
+
+std::optional<dnnl::memory::desc> ValueMemories::kept_layout(ValueId v, const Shape& shape) const {
+  if (!keep_input_layouts_) return std::nullopt;
+  auto it = entries_.find(v);
+  if (it == entries_.end()) return std::nullopt;
+  const dnnl::memory::desc md = it->second.primary.memory.get_desc();
+  if (md.dims() != to_dims(shape) || is_plain(md)) return std::nullopt;
+  return md;
+}
+
+bool ValueMemories::concat_in_place(ValueId y, const std::vector<ValueId>& xs) {
+  auto out = entries_.find(y);
+  if (out == entries_.end() || !out->second.home || xs.empty()) return false;
+  const dnnl::memory& whole = out->second.home;
+  const char* next = static_cast<const char*>(whole.get_data_handle());
+  for (ValueId x : xs) {
+    auto it = entries_.find(x);
+    if (it == entries_.end() || !it->second.home) return false;
+    const dnnl::memory& h = it->second.home;
+    if (static_cast<const char*>(h.get_data_handle()) != next) return false;
+    next += h.get_desc().get_size();
+  }
+  if (next != static_cast<const char*>(whole.get_data_handle()) + whole.get_desc().get_size())
+    return false;
+  for (ValueId x : xs) {
+    Entry& e = entries_.at(x);
+    if (e.written) continue;
+    const Dims dims = e.home.get_desc().dims();
+    program_->copy(as_is(x, Shape(dims.begin(), dims.end())), e.home);
+    e.copies.push_back(BoundMemory{e.home});
+    e.written = true;
+  }
+  Entry& e = out->second;
+  e.primary = BoundMemory{whole};
+  e.written = true;
+  return true;
 }
 
 bool ValueMemories::can_overwrite(ValueId v, const dnnl::memory& m, ValueId out,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "backends/onednn/dnnl_common.h"
@@ -31,6 +32,10 @@ class ValueMemories {
     // be overwritten (a residual summed in place). Never for a buffer another value views.
     bool last_read = false;
     bool aliased = false;
+    // Its slice of a concatenation done in place (concat_in_place.h), when it has one: the
+    // producer writes there, or the value is copied there once it is produced.
+    dnnl::memory home;
+    bool written = false;  // the home holds the value
   };
 
   explicit ValueMemories(Program& program) : program_(&program) {}
@@ -82,6 +87,25 @@ class ValueMemories {
   // view of v's bound output (a Pad keeps its border in it from compile time on; a
   // Transpose writes it through permuted strides). produced() copies it to the bound output.
   dnnl::memory fresh_destination(ValueId v, const dnnl::memory::desc& md);
+  // Concatenations in place (concat_in_place.h). `v` is to live in `home` (a dense slice of
+  // a root buffer), written by its producer when it writes that layout, else copied there.
+  void place(ValueId v, const dnnl::memory& home);
+  // The layout of v's home while nothing is written there yet: what its producer should
+  // write.
+  std::optional<dnnl::memory::desc> home_layout(ValueId v) const;
+  // When every input of the concatenation `y` of `xs` has its home and these homes tile y's
+  // side by side: fills the homes not yet written and makes y's home its memory (no step
+  // moves the data already in place). False otherwise (nothing done: the caller copies).
+  bool concat_in_place(ValueId y, const std::vector<ValueId>& xs);
+  // In a region with concatenations in place, convolutions read their input in the layout it
+  // has rather than reordering it to the one they would pick (keeps the channel-blocked
+  // slices' readers in that layout).
+  void keep_input_layouts(bool keep) { keep_input_layouts_ = keep; }
+  bool keeps_input_layouts() const { return keep_input_layouts_; }
+  // `v`'s layout when readers should keep it (above) and it is not row-major with `shape`'s
+  // dims; else nullopt.
+  std::optional<dnnl::memory::desc> kept_layout(ValueId v, const Shape& shape) const;
+
   // No later group may write over `v`'s memory in place (its buffer holds more than the
   // value each run rewrites).
   void keep_intact(ValueId v) { at(v).aliased = true; }
@@ -93,6 +117,7 @@ class ValueMemories {
   dnnl::memory view_of(const BoundMemory& b, const dnnl::memory::desc& md);
 
   Program* program_;
+  bool keep_input_layouts_ = false;
   std::map<ValueId, Entry> entries_;
   std::map<ValueId, dnnl::memory> staged_;
 };
