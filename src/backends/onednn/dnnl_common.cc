@@ -27,7 +27,8 @@ std::string backend_version() {
   // of inputs in different layouts keeps an activation layout (layout_kernel.cc). 12: regions hold
   // the LayerNorm decomposition, LayerNormalization, Softmax and erf GELUs (norm_kernel.cc).
   // 13: chains of concatenations in place, their blocks channel-blocked (concat_in_place.h).
-  constexpr int kKernelRevision = 13;
+  // 14: a region splits a 1x1 + depthwise pair that would reorder its input (conv_kernel.cc).
+  constexpr int kKernelRevision = 14;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

@@ -1,5 +1,7 @@
 #include "backends/onednn/value_memories.h"
 
+#include <algorithm>
+
 namespace collage::onednn {
 namespace {
 
@@ -62,6 +64,14 @@ dnnl::memory ValueMemories::as_is(ValueId v, const Shape& shape) {
   const Dims want = to_dims(shape);
   if (m.get_desc().dims() == want) return m;
   return view(v, plain_md(shape));
+}
+
+bool ValueMemories::would_reorder(ValueId v, const dnnl::memory::desc& md) const {
+  const Entry& e = entry(v);
+  const dnnl::memory::desc have = e.primary.memory.get_desc();
+  if (have == md || is_plain(have) || have.dims() != md.dims()) return false;
+  return std::none_of(e.copies.begin(), e.copies.end(),
+                      [&](const BoundMemory& c) { return c.memory.get_desc() == md; });
 }
 
 dnnl::memory ValueMemories::read(ValueId v, const dnnl::memory::desc& md) {

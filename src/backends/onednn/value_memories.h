@@ -54,6 +54,10 @@ class ValueMemories {
   // `v` as it is, when its memory has `shape`'s dims; else its row-major data viewed as
   // `shape` (a value a folded MatMul wrote 2-D). Primitives that take any layout read this.
   dnnl::memory as_is(ValueId v, const Shape& shape);
+  // True when reading `v` in layout `md` would add a reorder of a value a producer in the
+  // program wrote in another activation layout (not a row-major kernel input, not a copy
+  // made already).
+  bool would_reorder(ValueId v, const dnnl::memory::desc& md) const;
   // `v` in layout `md` (same dims), reordered once per distinct layout.
   dnnl::memory read(ValueId v, const dnnl::memory::desc& md);
   // `v`'s row-major data seen through `md` (a reshape, a broadcast-padded rank, a
