@@ -3,14 +3,12 @@
 #include <algorithm>
 #include <set>
 
+#include "backends/onednn/dnnl_common.h"
+
 namespace collage::onednn {
 namespace {
 
 constexpr int64_t kChannelBlock = 16;  // nChw16c: the block oneDNN's f32 kernels use here
-
-bool is_output(const Graph& g, ValueId v) {
-  return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
-}
 
 // A batch-1 float32 concatenation along channels of rank 3-5 whose result leaves nothing
 // outside the region to bind: what a root may be.
@@ -21,7 +19,7 @@ bool channel_concat(const Graph& g, const Node& n) {
   if (!y.shape_known || rank < 3 || rank > 5 || y.dtype != DType::kFloat32) return false;
   int64_t axis = n.attr_int("axis", 0);
   if (axis < 0) axis += rank;
-  return axis == 1 && y.shape[0] == 1 && !is_output(g, n.outputs[0]);
+  return axis == 1 && y.shape[0] == 1 && !is_graph_output(g, n.outputs[0]);
 }
 
 // An input a root may hold: computed in the region (its producer writes the slice), float32,
@@ -31,7 +29,7 @@ bool placeable(const Graph& g, ValueId x) {
   const Value& v = g.value(x);
   return v.producer >= 0 && !v.is_constant() && v.dtype == DType::kFloat32 && v.shape_known &&
          v.shape.size() >= 2 && v.shape[1] > 0 && v.shape[1] % kChannelBlock == 0 &&
-         !is_output(g, x);
+         !is_graph_output(g, x);
 }
 
 }  // namespace
@@ -65,10 +63,11 @@ ConcatPlan plan_concats_in_place(const Graph& region, int min_concats) {
     }
     if (plan.homes.count(y)) continue;  // placed as a slice of a later root: copies into it
     // Already placed side by side in one root: this concatenation is that run of slices.
-    const ConcatHome first =
-        plan.homes.count(n.inputs[0]) ? plan.homes.at(n.inputs[0]) : ConcatHome{SIZE_MAX, 0};
+    const auto placed = plan.homes.find(n.inputs[0]);
+    if (placed == plan.homes.end()) continue;
+    const ConcatHome first = placed->second;
     int64_t offset = first.offset;
-    bool contiguous = first.root != SIZE_MAX;
+    bool contiguous = true;
     for (ValueId x : n.inputs) {
       auto it = plan.homes.find(x);
       contiguous = contiguous && it != plan.homes.end() && it->second.root == first.root &&

@@ -120,28 +120,24 @@ void ValueMemories::produced(ValueId v, const dnnl::memory& written) {
     e.written = true;  // its producer wrote the home
     return;
   }
-  auto staged = staged_.find(v);
-  if (staged == staged_.end() || staged->second.get() != written.get()) {
-    // A value with a home written elsewhere (an emitter that picks its own memory): copied.
-    if (e.home && !e.written) {
-      program_->copy(written, e.home);
-      Entry moved{BoundMemory{written}, {BoundMemory{e.home}}};
-      moved.aliased = true;
-      moved.home = e.home;
-      moved.written = true;
-      e = std::move(moved);
-    }
-    return;
-  }
   // Readers inside the kernel keep the producer's layout; the bound output (or the home)
   // gets a copy.
-  program_->copy(written, e.primary.memory);
-  Entry moved{BoundMemory{written}, {e.primary}};
-  moved.aliased = e.aliased;
-  moved.home = e.home;
-  moved.written = e.written || (e.home && e.primary.memory.get() == e.home.get());
-  e = std::move(moved);
-  staged_.erase(staged);
+  auto staged = staged_.find(v);
+  if (staged != staged_.end() && staged->second.get() == written.get()) {
+    program_->copy(written, e.primary.memory);
+    e.written = e.written || (e.home && e.primary.memory.get() == e.home.get());
+    e.copies = {e.primary};
+    staged_.erase(staged);
+  } else if (e.home && !e.written) {
+    // A value with a home written elsewhere (an emitter that picks its own memory).
+    program_->copy(written, e.home);
+    e.copies = {BoundMemory{e.home}};
+    e.written = true;
+  } else {
+    return;
+  }
+  e.primary = BoundMemory{written};
+  e.last_read = false;
 }
 
 void ValueMemories::place(ValueId v, const dnnl::memory& home) {
