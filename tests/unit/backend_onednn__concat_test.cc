@@ -22,19 +22,9 @@ namespace {
 
 using testing::attr_i;
 using testing::attr_ints;
+using testing::batch_norm;
 using testing::GraphBuilder;
 using testing::pick;
-
-ValueId batch_norm(GraphBuilder& b, ValueId x, int64_t c) {
-  std::vector<float> var(c);
-  std::mt19937 rng(static_cast<unsigned>(c));
-  std::uniform_real_distribution<float> u(0.5f, 1.5f);
-  for (float& v : var) v = u(rng);
-  return b.add1("BatchNormalization",
-                {x, b.random_constant("g", {c}), b.random_constant("beta", {c}),
-                 b.random_constant("mean", {c}, 0.1f),
-                 b.constant("var", Tensor::from_vector<float>({c}, var))});
-}
 
 ValueId conv(GraphBuilder& b, ValueId x, int64_t in, int64_t out, int64_t k) {
   const int64_t p = k / 2;

@@ -138,19 +138,25 @@ TEST(OnednnBackend, ConvTransposeRandomized) {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 5; ++trial) {
     const int64_t group = trial % 2 ? 2 : 1, c = 4, m = 2 * group, s = pick(rng, 1, 2),
-                  k = pick(rng, 2, 3), p = pick(rng, 0, 1);
-    GraphBuilder b;
-    ValueId x = b.input("x", DType::kFloat32, {pick(rng, 1, 2), c, 5, 6});
-    std::vector<ValueId> in = {x, b.random_constant("w", {c, m / group, k, k})};
-    if (trial % 3 != 2) in.push_back(b.random_constant("b", {m}));
-    Attrs attrs = {{"strides", attr_ints({s, s})},
-                   {"pads", attr_ints({p, 0, 0, p})},
-                   {"group", attr_i(group)}};
-    if (s == 2) attrs["output_padding"] = attr_ints({1, 0});
-    if (trial == 4) attrs = {{"strides", attr_ints({2, 2})}, {"auto_pad", attr_s("SAME_UPPER")}};
-    ValueId y = b.add1("ConvTranspose", in, attrs);
-    b.output(add_activation(b, y, trial));
-    expect_like_reference(b.graph(), "conv transpose trial " + std::to_string(trial));
+                  k = pick(rng, 2, 3), p = pick(rng, 0, 1), n = pick(rng, 1, 2);
+    // The ConvTranspose alone, or followed by an activation.
+    auto build = [&](bool activation) {
+      GraphBuilder b;
+      ValueId x = b.input("x", DType::kFloat32, {n, c, 5, 6});
+      std::vector<ValueId> in = {x, b.random_constant("w", {c, m / group, k, k})};
+      if (trial % 3 != 2) in.push_back(b.random_constant("b", {m}));
+      Attrs attrs = {{"strides", attr_ints({s, s})},
+                     {"pads", attr_ints({p, 0, 0, p})},
+                     {"group", attr_i(group)}};
+      if (s == 2) attrs["output_padding"] = attr_ints({1, 0});
+      if (trial == 4) attrs = {{"strides", attr_ints({2, 2})}, {"auto_pad", attr_s("SAME_UPPER")}};
+      ValueId y = b.add1("ConvTranspose", in, attrs);
+      b.output(activation ? add_activation(b, y, trial + 1) : y);
+      return b;
+    };
+    expect_like_reference(build(false).graph(), "conv transpose trial " + std::to_string(trial));
+    GraphBuilder fused = build(true);
+    expect_like_reference(fused.graph(), "conv transpose + activation " + std::to_string(trial));
   }
 }
 

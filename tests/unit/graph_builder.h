@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,6 +105,19 @@ inline ValueId decomposed_layer_norm(GraphBuilder& b, ValueId x, int64_t hidden,
   ValueId n = b.add1("Div", {c, b.add1("Sqrt", {ve})});
   ValueId s = b.add1("Mul", {n, b.random_constant("gamma", {hidden})});
   return b.add1("Add", {s, b.random_constant("beta", {hidden})});
+}
+
+// BatchNormalization at inference over the `c` channels of `x`: random scale, shift and
+// mean, variances in [0.5, 1.5).
+inline ValueId batch_norm(GraphBuilder& b, ValueId x, int64_t c) {
+  std::vector<float> var(c);
+  std::mt19937 rng(static_cast<unsigned>(c));
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  for (float& v : var) v = u(rng);
+  return b.add1("BatchNormalization",
+                {x, b.random_constant("g", {c}), b.random_constant("beta", {c}),
+                 b.random_constant("mean", {c}, 0.1f),
+                 b.constant("var", Tensor::from_vector<float>({c}, var))});
 }
 
 // GELU as torch.onnx exports nn.GELU() below opset 20: x * (1 + Erf(x / sqrt 2)) * 0.5.

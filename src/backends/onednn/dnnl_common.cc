@@ -28,7 +28,8 @@ std::string backend_version() {
   // the LayerNorm decomposition, LayerNormalization, Softmax and erf GELUs (norm_kernel.cc).
   // 13: chains of concatenations in place, their blocks channel-blocked (concat_in_place.h).
   // 14: a region splits a 1x1 + depthwise pair that would reorder its input (conv_kernel.cc).
-  constexpr int kKernelRevision = 14;
+  // 15: a ConvTranspose's bias and post-ops run as a binary primitive after it (conv_kernel.cc).
+  constexpr int kKernelRevision = 15;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
