@@ -47,6 +47,15 @@ NodeId append_lowered_node(Graph& graph, const std::string& base, int& count, co
 ValueId append_int64_constant(Graph& graph, const std::string& base, int& count,
                               const std::string& what, const std::vector<int64_t>& values);
 
+// Folds each inference BatchNormalization whose input is the sole use of a Conv's output
+// (constant float32 weights, bias and statistics) into that Conv's weights and bias:
+// y = (conv(x) - mean) * scale / sqrt(var + eps) + shift is conv with W[o] * s[o] and
+// (b[o] - mean[o]) * s[o] + shift[o], s = scale / sqrt(var + eps): a pass over the output
+// less, on every backend. PyTorch's exporter does this itself in eval mode; a model exported
+// in training mode or by another converter keeps its BatchNorms. Needs constants folded
+// first; the old weights are left to remove_dead_code.
+void fold_batch_norms(Graph& graph);
+
 // Replaces each Einsum it can with Transpose/Reshape/MatMul/ReduceSum nodes computing it
 // (einsum_lowering.cc); the others stay Einsum (the reference kernel runs them). Needs the
 // shapes infer_shapes gives; fold_constants afterwards folds the constant operands' Transposes.

@@ -371,6 +371,7 @@ Graph load_impl(const std::string& bytes, const std::string& base_dir, const Loa
       lower_space_depth(graph);
       remove_identities(graph);  // also what the lowering leaves ("ij->ij": an Identity)
       fold_constants(graph, options);
+      fold_batch_norms(graph);
       remove_dead_code(graph);
     } else {
       detach_folded_constants(graph);

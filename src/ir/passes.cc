@@ -1,7 +1,10 @@
 // Graph passes: shape inference (which folds constants as it goes), constant folding
-// clean-up and dead-code removal.
+// clean-up, BatchNormalization folded into convolutions, and dead-code removal.
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <map>
+#include <numeric>
 #include <set>
 #include <unordered_map>
 
@@ -414,6 +417,91 @@ void remove_identities(Graph& graph) {
       if (v != kNoValue) v = same[v];
     if (!hands_input_on(graph, node, read) || leaves[node.outputs[0]]) continue;
     same[node.outputs[0]] = node.inputs[0];
+    remove[i] = true;
+    any = true;
+  }
+  if (any) graph.prune(remove);
+}
+
+namespace {
+
+bool f32_constant(const Graph& graph, ValueId v) {
+  return v != kNoValue && graph.value(v).is_constant() && graph.value(v).dtype == DType::kFloat32;
+}
+
+// The Conv whose output `bn` normalizes and alone reads, or -1. Not a ConvTranspose: oneDNN
+// 2.6 adds a deconvolution's bias in a slow loop or as a pass of its own, and DCGAN's
+// generator with its BatchNorms folded ran 4-8 % slower under onednn-graph (0.88-0.92 against
+// 0.85 ms, alternating rounds) than with BatchNorm + Relu as one primitive after each layer.
+NodeId foldable_producer(const Graph& graph, const Node& bn, const std::vector<int>& readers,
+                         const std::vector<bool>& leaves) {
+  if (bn.op_type != "BatchNormalization" || !bn.domain.empty() || bn.inputs.size() < 5 ||
+      bn.attr_int("training_mode", 0) != 0 || bn.attr_int("spatial", 1) != 1)
+    return -1;
+  for (size_t i = 1; i < bn.outputs.size(); ++i)
+    if (bn.outputs[i] != kNoValue) return -1;
+  const ValueId x = bn.inputs[0];
+  if (x == kNoValue || readers[x] != 1 || leaves[x] || graph.value(x).producer < 0) return -1;
+  const Node& conv = graph.node(graph.value(x).producer);
+  if (conv.op_type != "Conv" || !conv.domain.empty() || conv.outputs.size() != 1 ||
+      !f32_constant(graph, conv.input(1)) ||
+      (conv.input(2) != kNoValue && !f32_constant(graph, conv.input(2))))
+    return -1;
+  const Shape& ys = graph.value(x).shape;
+  if (ys.size() < 3 || graph.value(x).dtype != DType::kFloat32) return -1;
+  for (size_t i = 1; i < 5; ++i)
+    if (!f32_constant(graph, bn.inputs[i]) || graph.value(bn.inputs[i]).shape != Shape{ys[1]})
+      return -1;
+  return graph.value(x).producer;
+}
+
+}  // namespace
+
+void fold_batch_norms(Graph& graph) {
+  std::vector<int> readers(graph.num_values(), 0);
+  std::vector<bool> leaves(graph.num_values(), false);
+  for (ValueId v : graph.outputs) leaves[v] = true;
+  for (const Node& node : graph.nodes())
+    for (ValueId v : node.inputs)
+      if (v != kNoValue) ++readers[v];
+  std::vector<bool> remove(graph.num_nodes(), false);
+  bool any = false;
+  for (size_t i = 0; i < graph.num_nodes(); ++i) {
+    const Node bn = graph.node(static_cast<NodeId>(i));  // a copy: add_constant may move nodes
+    const NodeId c = foldable_producer(graph, bn, readers, leaves);
+    if (c < 0) continue;
+    const Node conv = graph.node(c);
+    const int64_t channels = graph.value(bn.inputs[0]).shape[1];
+    const double eps = bn.attr_float("epsilon", 1e-5f);
+    auto at = [&](size_t input, int64_t o) {
+      return static_cast<double>(graph.value(bn.inputs[input]).constant.data<float>()[o]);
+    };
+    std::vector<double> scale(channels);
+    for (int64_t o = 0; o < channels; ++o) scale[o] = at(1, o) / std::sqrt(at(4, o) + eps);
+    // The weights are [M, C/g, k...]: output channel o's are the o-th block.
+    const Tensor& w = graph.value(conv.input(1)).constant;
+    const Shape& ws = w.shape();
+    const int64_t per_channel =
+        std::accumulate(ws.begin() + 1, ws.end(), int64_t{1}, std::multiplies<>());
+    Tensor folded_w(DType::kFloat32, ws);
+    const float* src = w.data<float>();
+    float* dst = folded_w.data<float>();
+    for (int64_t o = 0; o < ws[0]; ++o)
+      for (int64_t k = o * per_channel; k < (o + 1) * per_channel; ++k)
+        dst[k] = static_cast<float>(src[k] * scale[o]);
+    Tensor folded_b(DType::kFloat32, {channels});
+    const float* bias =
+        conv.input(2) == kNoValue ? nullptr : graph.value(conv.input(2)).constant.data<float>();
+    for (int64_t o = 0; o < channels; ++o)
+      folded_b.data<float>()[o] =
+          static_cast<float>(((bias ? bias[o] : 0.0) - at(3, o)) * scale[o] + at(2, o));
+    const ValueId wv = graph.add_constant(conv.name + "/folded_W", std::move(folded_w));
+    const ValueId bv = graph.add_constant(conv.name + "/folded_B", std::move(folded_b));
+    Node& target = graph.node(c);
+    target.inputs.resize(3, kNoValue);
+    target.inputs[1] = wv;
+    target.inputs[2] = bv;
+    target.outputs[0] = bn.outputs[0];
     remove[i] = true;
     any = true;
   }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 
 #include "backend_test_util.h"
 #include "collage/model.h"
@@ -9,6 +10,7 @@
 #include "graph_builder.h"
 #include "import_test_util.h"
 #include "op_test_util.h"
+#include "util/compare.h"
 
 namespace collage {
 namespace {
@@ -271,6 +273,50 @@ TEST(RemoveIdentities, NoOpNodesGoUnlessTheirOutputIsNeeded) {
   const std::vector<Tensor> got = Session(optimized, SessionOptions{}).run(inputs);
   ASSERT_EQ(got.size(), 2u);
   EXPECT_TRUE(testing::outputs_match(got, want, Tolerance{0, 0}));
+}
+
+// A BatchNormalization after a Conv (with and without a bias, grouped, the graph's output) is
+// folded into its weights on import; one whose input is read twice, or made by a Relu or a
+// ConvTranspose, stays. Outputs as the unfolded graph's.
+TEST(FoldBatchNorms, IntoTheConvolutionBeforeThem) {
+  using testing::attr_i;
+  using testing::attr_ints;
+  using testing::batch_norm;
+  testing::GraphBuilder b(17);
+  ValueId x = b.input("x", DType::kFloat32, {1, 4, 7, 6});
+  const std::map<std::string, Attribute> pad = {{"pads", attr_ints({1, 1, 1, 1})}};
+  ValueId y =
+      b.add1("Conv", {x, b.random_constant("w1", {8, 4, 3, 3}), b.random_constant("b1", {8})}, pad);
+  y = b.add1("Relu", {batch_norm(b, y, 8)});
+  y = batch_norm(b, b.add1("Conv", {y, b.random_constant("w2", {6, 8, 1, 1})}), 6);
+  b.output(batch_norm(
+      b, b.add1("Conv", {y, b.random_constant("w3", {10, 3, 2, 2})}, {{"group", attr_i(2)}}), 10));
+  // Stay: the conv output is read by the Add too; a Relu, a ConvTranspose.
+  ValueId c = b.add1("Conv", {y, b.random_constant("w4", {6, 6, 1, 1})});
+  ValueId twice = b.add1("Add", {batch_norm(b, c, 6), c});
+  b.output(batch_norm(b, b.add1("Relu", {twice}), 6));
+  b.output(batch_norm(b,
+                      b.add1("ConvTranspose", {y, b.random_constant("w5", {6, 5, 2, 2})},
+                             {{"strides", attr_ints({2, 2})}}),
+                      5));
+  const std::string bytes = model_to_bytes(b.graph());
+  const Graph folded = load_model_from_bytes(bytes, "");
+  LoadOptions plain;
+  plain.optimize = false;
+  const Graph kept = load_model_from_bytes(bytes, "", plain);
+  auto ops = [](const Graph& g) {
+    std::string out;
+    for (const Node& n : g.nodes()) out += n.op_type + " ";
+    return out;
+  };
+  EXPECT_EQ(ops(folded),
+            "Conv Relu Conv Conv Conv BatchNormalization Add Relu BatchNormalization "
+            "ConvTranspose BatchNormalization ");
+  EXPECT_EQ(folded.outputs.size(), 3u);
+  const std::vector<Tensor> inputs = random_inputs(kept, 4);
+  const std::vector<Tensor> want = Session(kept, SessionOptions{}).run(inputs);
+  const std::vector<Tensor> got = Session(folded, SessionOptions{}).run(inputs);
+  EXPECT_EQ(compare_outputs(got, want, Tolerance::backend_vs_reference()), "");
 }
 
 }  // namespace
