@@ -555,6 +555,25 @@ TEST(OnednnConvTranspose, BiasAndTailRunAfterTheDeconvolution) {
   for (const std::string& impl : impls) EXPECT_EQ(impl.find("ref"), std::string::npos) << impl;
 }
 
+// A grouped conv between channels-last 1x1 convs (RegNetX's block: groups of 16 channels)
+// reads and writes channels-last where oneDNN runs the same kernel there as in the nChw16c it
+// would pick: the program reorders only at the region's boundary (4 reorders without).
+TEST(OnednnConvLayouts, RegionKeepsTheLayoutWhereTheKernelIsTheSame) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 64, 14, 14});
+  ValueId y = b.add1("Relu", {b.add1("Conv", {x, b.random_constant("w1", {160, 64, 1, 1}, 0.2f)})});
+  y = b.add1("Relu", {b.add1("Conv", {y, b.random_constant("wg", {160, 16, 3, 3}, 0.2f)},
+                             {{"group", attr_i(10)}, {"pads", attr_ints({1, 1, 1, 1})}})});
+  b.output(b.add1("Conv", {y, b.random_constant("w2", {160, 160, 1, 1}, 0.2f)}));
+  expect_like_reference(onednn_graph(), b.graph(), "", "1x1, grouped 3x3, 1x1");
+  std::unique_ptr<Kernel> kernel = onednn::compile_region(b.graph());
+  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(kernel.get());
+  ASSERT_NE(program, nullptr);
+  const std::vector<dnnl::primitive::kind> kinds = program->program().step_kinds();
+  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), dnnl::primitive::kind::reorder), 2)
+      << ::testing::PrintToString(program->program().implementations());
+}
+
 TEST(OnednnConvDepthwise, ProposesOnlyTheLegalChains) {
   // expand 1x1 -> ReLU6 -> dw 3x3 -> ReLU6 -> project 1x1: the fusion covers the first four
   // nodes (with and without the last ReLU6), never the projection.

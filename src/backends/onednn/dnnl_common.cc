@@ -29,7 +29,8 @@ std::string backend_version() {
   // 13: chains of concatenations in place, their blocks channel-blocked (concat_in_place.h).
   // 14: a region splits a 1x1 + depthwise pair that would reorder its input (conv_kernel.cc).
   // 15: a ConvTranspose's bias and post-ops run as a binary primitive after it (conv_kernel.cc).
-  constexpr int kKernelRevision = 15;
+  // 16: a conv reads its input in the layout it has where oneDNN runs the same kernel there.
+  constexpr int kKernelRevision = 16;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
