@@ -44,6 +44,24 @@ struct Outputs {
   std::vector<Tensor> got, want;
 };
 
+// The steps of `g` compiled as one onednn-graph region: their kinds and implementations.
+struct RegionSteps {
+  std::vector<dnnl::primitive::kind> kinds;
+  std::vector<std::string> implementations;
+  std::ptrdiff_t count(dnnl::primitive::kind kind) const {
+    return std::count(kinds.begin(), kinds.end(), kind);
+  }
+};
+RegionSteps region_steps(const Graph& g) {
+  std::unique_ptr<Kernel> kernel = onednn::compile_region(g);
+  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(kernel.get());
+  if (!program) {
+    ADD_FAILURE() << "a region compiles to a program";
+    return {};
+  }
+  return {program->program().step_kinds(), program->program().implementations()};
+}
+
 // The whole graph compiled on `backend` as `variant`, and the reference, on the same inputs.
 Outputs run_variant(Backend& backend, const Graph& g, const std::string& variant,
                     uint64_t seed = 5) {
@@ -519,12 +537,9 @@ TEST(OnednnConvDepthwise, RegionSplitsAPairThatWouldChangeLayouts) {
                        {"pads", attr_ints({1, 1, 1, 1})}}));
   b.output(b.add1("Conv", {y, b.random_constant("w2", {24, 96, 1, 1}, 0.4f)}));
   expect_like_reference(onednn_graph(), b.graph(), "", "conv, expand, depthwise s2, project");
-  std::unique_ptr<Kernel> kernel = onednn::compile_region(b.graph());
-  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(kernel.get());
-  ASSERT_NE(program, nullptr);
-  const std::vector<dnnl::primitive::kind> kinds = program->program().step_kinds();
-  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), dnnl::primitive::kind::reorder), 2)
-      << ::testing::PrintToString(program->program().implementations());
+  const RegionSteps steps = region_steps(b.graph());
+  EXPECT_EQ(steps.count(dnnl::primitive::kind::reorder), 2)
+      << ::testing::PrintToString(steps.implementations);
 }
 
 // A ConvTranspose's bias and tail run as one binary primitive after it, the deconvolution
@@ -543,16 +558,12 @@ TEST(OnednnConvTranspose, BiasAndTailRunAfterTheDeconvolution) {
   y = b.add1("ConvTranspose", {y, b.random_constant("w2", {16, 3, 4, 4}, 0.2f)}, up);
   b.output(b.add1("Tanh", {y}));
   expect_like_reference(onednn_graph(), b.graph(), "", "two DCGAN layers");
-  std::unique_ptr<Kernel> kernel = onednn::compile_region(b.graph());
-  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(kernel.get());
-  ASSERT_NE(program, nullptr);
-  using Kind = dnnl::primitive::kind;
-  const std::vector<Kind> kinds = program->program().step_kinds();
-  const std::vector<std::string> impls = program->program().implementations();
-  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), Kind::deconvolution), 2);
-  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), Kind::binary), 2)
-      << ::testing::PrintToString(impls);
-  for (const std::string& impl : impls) EXPECT_EQ(impl.find("ref"), std::string::npos) << impl;
+  const RegionSteps steps = region_steps(b.graph());
+  EXPECT_EQ(steps.count(dnnl::primitive::kind::deconvolution), 2);
+  EXPECT_EQ(steps.count(dnnl::primitive::kind::binary), 2)
+      << ::testing::PrintToString(steps.implementations);
+  for (const std::string& impl : steps.implementations)
+    EXPECT_EQ(impl.find("ref"), std::string::npos) << impl;
 }
 
 // A grouped conv between channels-last 1x1 convs (RegNetX's block: groups of 16 channels)
@@ -566,12 +577,9 @@ TEST(OnednnConvLayouts, RegionKeepsTheLayoutWhereTheKernelIsTheSame) {
                              {{"group", attr_i(10)}, {"pads", attr_ints({1, 1, 1, 1})}})});
   b.output(b.add1("Conv", {y, b.random_constant("w2", {160, 160, 1, 1}, 0.2f)}));
   expect_like_reference(onednn_graph(), b.graph(), "", "1x1, grouped 3x3, 1x1");
-  std::unique_ptr<Kernel> kernel = onednn::compile_region(b.graph());
-  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(kernel.get());
-  ASSERT_NE(program, nullptr);
-  const std::vector<dnnl::primitive::kind> kinds = program->program().step_kinds();
-  EXPECT_EQ(std::count(kinds.begin(), kinds.end(), dnnl::primitive::kind::reorder), 2)
-      << ::testing::PrintToString(program->program().implementations());
+  const RegionSteps steps = region_steps(b.graph());
+  EXPECT_EQ(steps.count(dnnl::primitive::kind::reorder), 2)
+      << ::testing::PrintToString(steps.implementations);
 }
 
 TEST(OnednnConvDepthwise, ProposesOnlyTheLegalChains) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "backend_test_util.h"
 #include "collage/model.h"
@@ -225,6 +226,21 @@ TEST(ModelStats, CountsMacsOfTheHeavyOps) {
 namespace collage {
 namespace {
 
+// `g` saved as ONNX and loaded back with the import passes (first) and without (second).
+std::pair<Graph, Graph> load_both_ways(const Graph& g) {
+  const std::string bytes = model_to_bytes(g);
+  LoadOptions plain;
+  plain.optimize = false;
+  return {load_model_from_bytes(bytes, ""), load_model_from_bytes(bytes, "", plain)};
+}
+
+// The op types of `g`'s nodes in order, each followed by a space.
+std::string op_list(const Graph& g) {
+  std::string out;
+  for (const Node& n : g.nodes()) out += n.op_type + " ";
+  return out;
+}
+
 // Identity and inference-form Dropout (a training-mode one of ratio 0 too) vanish on import,
 // as do ops their constants make copies (a Pad of zeros, an identity Transpose, a Slice of
 // everything, a Reshape to the same shape, a Cast to the same type, a one-input Concat); a
@@ -256,18 +272,9 @@ TEST(RemoveIdentities, NoOpNodesGoUnlessTheirOutputIsNeeded) {
   ValueId mask = b.add1("Cast", {with_mask[1]}, {{"to", attr_i(1)}});
   b.output(b.add1("Dropout", {b.add1("Sigmoid", {with_mask[0]})}));
   b.output(mask);
-  const std::string bytes = model_to_bytes(b.graph());
-  const Graph optimized = load_model_from_bytes(bytes, "");
-  LoadOptions plain;
-  plain.optimize = false;
-  const Graph kept = load_model_from_bytes(bytes, "", plain);
-  auto ops = [](const Graph& g) {
-    std::string out;
-    for (const Node& n : g.nodes()) out += n.op_type + " ";
-    return out;
-  };
-  EXPECT_EQ(kept.num_nodes(), 16u) << ops(kept);
-  EXPECT_EQ(ops(optimized), "Relu Slice Reshape Transpose Dropout Cast Sigmoid Dropout ");
+  const auto [optimized, kept] = load_both_ways(b.graph());
+  EXPECT_EQ(kept.num_nodes(), 16u) << op_list(kept);
+  EXPECT_EQ(op_list(optimized), "Relu Slice Reshape Transpose Dropout Cast Sigmoid Dropout ");
   const std::vector<Tensor> inputs = random_inputs(kept, 4);
   const std::vector<Tensor> want = Session(kept, SessionOptions{}).run(inputs);
   const std::vector<Tensor> got = Session(optimized, SessionOptions{}).run(inputs);
@@ -299,17 +306,8 @@ TEST(FoldBatchNorms, IntoTheConvolutionBeforeThem) {
                       b.add1("ConvTranspose", {y, b.random_constant("w5", {6, 5, 2, 2})},
                              {{"strides", attr_ints({2, 2})}}),
                       5));
-  const std::string bytes = model_to_bytes(b.graph());
-  const Graph folded = load_model_from_bytes(bytes, "");
-  LoadOptions plain;
-  plain.optimize = false;
-  const Graph kept = load_model_from_bytes(bytes, "", plain);
-  auto ops = [](const Graph& g) {
-    std::string out;
-    for (const Node& n : g.nodes()) out += n.op_type + " ";
-    return out;
-  };
-  EXPECT_EQ(ops(folded),
+  const auto [folded, kept] = load_both_ways(b.graph());
+  EXPECT_EQ(op_list(folded),
             "Conv Relu Conv Conv Conv BatchNormalization Add Relu BatchNormalization "
             "ConvTranspose BatchNormalization ");
   EXPECT_EQ(folded.outputs.size(), 3u);

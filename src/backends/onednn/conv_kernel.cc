@@ -140,11 +140,6 @@ bool winograd_candidate(const Graph& g, const Node& n) {
 
 namespace {
 
-// dst = src + bias (per channel; nullptr: + 0) with `ops` as post-ops: one binary primitive
-// in src's layout, dst's (a channel-blocked dst takes its operand like-blocked, as oneDNN
-// 2.6's jit binary kernel needs). Not in place: oneDNN 2.6's jit binary with post-ops left
-// its destination unchanged when it was its first source. What follows a deconvolution
-// (emit_conv says why).
 // The epilogue's second operand: the bias per channel, or a 0 broadcast everywhere.
 Shape epilogue_operand(const Shape& shape, bool bias) {
   Shape operand(shape.size(), 1);
@@ -177,6 +172,11 @@ bool epilogue_runs_jit(const std::vector<PostOp>& ops, const Shape& shape, bool 
   }
 }
 
+// dst = src + bias (per channel; nullptr: + 0) with `ops` as post-ops: one binary primitive
+// in src's layout, dst's (a channel-blocked dst takes its operand like-blocked, as oneDNN
+// 2.6's jit binary kernel needs). Not in place: oneDNN 2.6's jit binary with post-ops left
+// its destination unchanged when it was its first source. What follows a deconvolution
+// (emit_conv says why).
 void add_epilogue(const std::vector<float>* bias, const std::vector<PostOp>& ops,
                   const Shape& shape, const dnnl::memory& src, const dnnl::memory& dst,
                   ValueMemories& values) {
