@@ -279,6 +279,31 @@ TEST(OnednnGraphBackend, SplitAndSliceInRegion) {
   }
 }
 
+// Swin's glue: a Slice with steps (PatchMerging's x[:, 0::2, 1::2, :]) and Gathers of one
+// constant index (q, k, v = qkv[0], qkv[1], qkv[2]; a 1-element index keeps the axis), in a
+// region, each one reorder from a strided view: like reference, no reference primitive.
+TEST(OnednnGraphBackend, StridedSlicesAndConstantGathersInRegion) {
+  std::mt19937 rng(18);
+  for (int trial = 0; trial < 4; ++trial) {
+    GraphBuilder b;
+    const int64_t hw = 2 * pick(rng, 2, 7), c = pick(rng, 3, 20);
+    ValueId x = b.input("x", DType::kFloat32, {1, hw, hw, c});
+    ValueId y = b.add1("Relu", {x});
+    const int64_t r0 = pick(rng, 0, 1), c0 = pick(rng, 0, 1), step = trial % 2 ? 2 : 3;
+    b.output(b.add1("Slice", {y, ints(b, "s", {r0, c0}), ints(b, "e", {INT64_MAX, INT64_MAX}),
+                              ints(b, "a", {1, 2}), ints(b, "st", {2, step})}));
+    ValueId qkv = b.add1("Relu", {b.input("qkv", DType::kFloat32, {3, 1, 2, hw, c})});
+    for (int64_t i = 0; i < 3; ++i)
+      b.output(b.add1("Mul", {b.add1("Gather", {qkv, b.constant("i" + std::to_string(i),
+                                                                Tensor::scalar<int64_t>(i - 1))}),
+                              b.constant("k" + std::to_string(i), Tensor::scalar(0.5f))}));
+    b.output(b.add1("Gather", {qkv, ints(b, "one", {hw - 1})}, {{"axis", attr_i(-2)}}));
+    const Graph& g = b.graph();
+    expect_like_reference(g, "strided slice and gathers, trial " + std::to_string(trial));
+    testing::expect_no_reference_primitive(*onednn::compile_region(g), "strided cuts");
+  }
+}
+
 // ShuffleNetV2's unit: concat -> channel shuffle -> chunk in two -> one half convolved.
 TEST(OnednnGraphBackend, ChannelShuffleInRegion) {
   std::mt19937 rng(17);

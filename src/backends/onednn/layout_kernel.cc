@@ -66,13 +66,20 @@ std::vector<int64_t> ints_of(const Graph& g, const Node& n, size_t i, const char
   return n.attr_ints(attr, std::move(def));
 }
 
-// Where each output of a Slice/Split starts in its input.
+// Where each output of a Slice/Split/Gather starts in its input, the steps it takes there
+// (a Slice's), and the input axis its shape drops (a Gather's scalar index), if any.
 struct Cut {
   ValueId out = kNoValue;
   Dims offsets;
+  Dims steps;  // empty: 1 along every axis
+  int64_t dropped_axis = -1;
+  bool strided() const {
+    return dropped_axis >= 0 ||
+           std::any_of(steps.begin(), steps.end(), [](int64_t s) { return s != 1; });
+  }
 };
 
-// Slice with unit steps: where it starts in its input.
+// Slice with positive steps: where it starts in its input and its steps.
 std::optional<Cut> slice_cut(const Graph& g, const Node& n) {
   ops::SliceSpec spec;
   try {
@@ -80,9 +87,30 @@ std::optional<Cut> slice_cut(const Graph& g, const Node& n) {
   } catch (const Error&) {
     return std::nullopt;  // starts/ends/axes/steps computed at run time
   }
-  if (std::any_of(spec.step.begin(), spec.step.end(), [](int64_t s) { return s != 1; }))
+  if (std::any_of(spec.step.begin(), spec.step.end(), [](int64_t s) { return s < 1; }))
     return std::nullopt;
-  return Cut{n.outputs[0], Dims(spec.start.begin(), spec.start.end())};
+  return Cut{n.outputs[0], Dims(spec.start.begin(), spec.start.end()),
+             Dims(spec.step.begin(), spec.step.end())};
+}
+
+// Gather of one constant index: the input's slice of width 1 along the axis (dropped from
+// the shape for a scalar index). Swin's q, k, v = qkv[0], qkv[1], qkv[2].
+std::optional<Cut> gather_cut(const Graph& g, const Node& n) {
+  const ValueId indices = n.input(1);
+  if (indices == kNoValue || !is_constant(g, indices) || g.value(indices).constant.numel() != 1 ||
+      g.value(indices).shape.size() > 1)
+    return std::nullopt;
+  const Shape& in = g.value(n.input(0)).shape;
+  if (in.size() < 2 && g.value(indices).shape.empty()) return std::nullopt;  // a scalar out
+  const int64_t axis = normalize_axis(n.attr_int("axis", 0), in.size());
+  if (axis < 0 || axis >= static_cast<int64_t>(in.size())) return std::nullopt;
+  int64_t index = g.value(indices).constant.to_int_vector()[0];
+  if (index < 0) index += in[axis];
+  if (index < 0 || index >= in[axis]) return std::nullopt;
+  Cut cut{n.outputs[0], Dims(in.size(), 0)};
+  cut.offsets[axis] = index;
+  if (g.value(indices).shape.empty()) cut.dropped_axis = axis;
+  return cut;
 }
 
 // Split: each output starts where the previous one ended along the axis.
@@ -105,7 +133,7 @@ std::optional<std::vector<Cut>> split_cuts(const Graph& g, const Node& n) {
 
 std::optional<std::vector<Cut>> cuts_of(const Graph& g, const Node& n) {
   if (n.op_type == "Split") return split_cuts(g, n);
-  std::optional<Cut> cut = slice_cut(g, n);
+  std::optional<Cut> cut = n.op_type == "Gather" ? gather_cut(g, n) : slice_cut(g, n);
   if (!cut) return std::nullopt;
   return std::vector<Cut>{*cut};
 }
@@ -360,13 +388,34 @@ void emit_cuts(const Graph& sub, ValueMemories& values) {
   if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: sliced value is not available");
   std::optional<std::vector<Cut>> cuts = cuts_of(sub, n);
   if (!cuts)
-    fail(ErrorKind::kUnsupported, "onednn: {} '{}' is not a unit-step cut", n.op_type, n.name);
-  const dnnl::memory::desc x_md = values.as_is(x, sub.value(x).shape).get_desc();
+    fail(ErrorKind::kUnsupported, "onednn: {} '{}' is not a cut of constant bounds", n.op_type,
+         n.name);
+  const Shape& xs = sub.value(x).shape;
+  const dnnl::memory::desc x_md = values.as_is(x, xs).get_desc();
   for (const Cut& cut : *cuts) {
     const Shape& shape = sub.value(cut.out).shape;
     if (shape_numel(shape) == 0) fail(ErrorKind::kUnsupported, "onednn: an empty slice");
     // A Split output nobody reads is not among the kernel's outputs.
     if (std::find(sub.outputs.begin(), sub.outputs.end(), cut.out) == sub.outputs.end()) continue;
+    if (cut.strided()) {
+      // x's row-major data seen with the cut's strides (each axis's times its step) from
+      // its first element: one reorder gathers it into a row-major output.
+      Dims row_major(xs.size(), 1), dims, strides;
+      for (size_t d = xs.size() - 1; d-- > 0;) row_major[d] = row_major[d + 1] * xs[d + 1];
+      int64_t first = 0;
+      for (size_t d = 0; d < xs.size(); ++d) {
+        first += cut.offsets[d] * row_major[d];
+        if (static_cast<int64_t>(d) == cut.dropped_axis) continue;
+        dims.push_back(shape[dims.size()]);
+        strides.push_back(row_major[d] * (cut.steps.empty() ? 1 : cut.steps[d]));
+      }
+      dnnl::memory::desc md(dims, dt::f32, strides);
+      md.data.offset0 = first;
+      const dnnl::memory dst = values.destination(cut.out, plain_md(shape));
+      values.program().copy(values.view(x, md), dst);
+      values.produced(cut.out, dst);
+      continue;
+    }
     // One reorder cuts and, from a row-major view of a blocked input, restores its layout.
     const dnnl::memory src = values.sub_view(x, to_dims(shape), cut.offsets);
     const dnnl::memory dst = values.destination(cut.out, layout_like(x_md, shape));
@@ -575,8 +624,8 @@ bool layout_head(const Graph& g, const Node& n) {
     if (!single_output(n)) return false;
     return std::all_of(n.inputs.begin(), n.inputs.end(), [&](ValueId v) { return is_f32(g, v); });
   }
-  if (t == "Slice" || t == "Split") {
-    if (t == "Slice" && !single_output(n)) return false;
+  if (t == "Slice" || t == "Split" || t == "Gather") {
+    if (t != "Split" && !single_output(n)) return false;
     return cuts_of(g, n).has_value();
   }
   if (t == "Transpose") return single_output(n) && g.value(n.input(0)).shape.size() <= 6;
@@ -598,7 +647,7 @@ void emit_layout(const Graph& sub, ValueMemories& values) {
   if (t == "Reshape") return emit_shuffle(sub, values);
   if (sub.num_nodes() != 1) fail(ErrorKind::kUnsupported, "onednn: {} fuses nothing after it", t);
   if (t == "Concat") return emit_concat(sub, values);
-  if (t == "Slice" || t == "Split") return emit_cuts(sub, values);
+  if (t == "Slice" || t == "Split" || t == "Gather") return emit_cuts(sub, values);
   if (t == "Transpose") return emit_transpose(sub, values);
   if (t == "Pad") return emit_pad(sub, values);
   if (t == "ReduceMean" || t == "ReduceMax") return emit_spatial_reduce(sub, values);

@@ -116,7 +116,10 @@ class OnednnBackend : public Backend {
         {"GeluErf", gelu_pattern(), gelu_check},
         {"LayerNormDecomposition", layer_norm_pattern(), layer_norm_check},
         {"Concat", op("Concat").where(layout, "float32"), {}},
-        {"Slice", op_in({"Slice", "Split"}).where(layout, "float32, constant unit-step cuts"), {}},
+        {"Slice",
+         op_in({"Slice", "Split", "Gather"})
+             .where(layout, "float32, constant cuts (positive steps, one Gather index)"),
+         {}},
         {"Transpose", op("Transpose").where(layout, "float32"), {}},
         {"Pad", op("Pad").where(layout, "float32, constant mode and pads, none negative"), {}},
         {"SpatialReduce",
