@@ -30,7 +30,9 @@ std::string backend_version() {
   // 14: a region splits a 1x1 + depthwise pair that would reorder its input (conv_kernel.cc).
   // 15: a ConvTranspose's bias and post-ops run as a binary primitive after it (conv_kernel.cc).
   // 16: a conv reads its input in the layout it has where oneDNN runs the same kernel there.
-  constexpr int kKernelRevision = 16;
+  // 17: Slices with steps and Gathers of one constant index are cuts (layout_kernel.cc); a
+  // failure cached for them before is tried again.
+  constexpr int kKernelRevision = 17;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
