@@ -110,8 +110,8 @@ const std::vector<Family>& families();
 const Family& family(const std::string& name);        // by name ("pool"); must exist
 const Family* family_of(const std::string& op_type);  // nullptr: not a family's head
 
-// The glue between primitives (layout_kernel.cc): Concat, unit-step Slice/Split, Transpose,
-// a constant Pad, ReduceMean/ReduceMax over all spatial axes, and the channel shuffle
+// The glue between primitives (layout_kernel.cc): Concat, Slice/Split, a one-index Gather,
+// Transpose, a constant Pad, ReduceMean/ReduceMax over all spatial axes, and the channel shuffle
 // Reshape -> Transpose -> Reshape (a group of its three nodes).
 bool layout_head(const Graph& graph, const Node& node);
 // The Transpose and second Reshape of a channel shuffle headed by Reshape node `reshape`.

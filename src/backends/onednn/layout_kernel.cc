@@ -3,7 +3,8 @@
 // `reference`): Concat (the concat primitive; it keeps the inputs' layout when they share one
 // and oneDNN can, else it reorders each input into its slice of a result in one of their
 // activation layouts, row-major last),
-// Slice/Split (a reorder from a sub-memory of the input), Transpose (a reorder into permuted
+// Slice/Split (a reorder from a sub-memory of the input; a Slice with steps or a Gather of one
+// constant index, from the input seen with strides), Transpose (a reorder into permuted
 // strides), the channel shuffle Reshape -> Transpose -> Reshape (the shuffle primitive on
 // channel-blocked layouts, where it is jit; one strided reorder within a whole-dim layout
 // such as the channels-last one brgconv picks), constant Pad (a reorder into the interior of
