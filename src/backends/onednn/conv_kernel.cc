@@ -325,10 +325,9 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
     // model's time); their jit kernel runs as fast in channels-last (probed: 0.019 ms either
     // way for 25 groups of 16 channels at 7x7).
     if (!kept && !winograd && values.would_reorder(x, p.src_desc())) {
-      const dnnl::memory::desc has = values.entry(x).primary.memory.get_desc();
-      if (has.dims() == to_dims(xs) && !is_plain(has)) {
+      if (const std::optional<dnnl::memory::desc> has = values.activation_layout(x, xs)) {
         try {
-          auto as_is = forward(has, layout_like(has, ys));
+          auto as_is = forward(*has, layout_like(*has, ys));
           if (as_is.impl_info_str() == p.impl_info_str()) p = as_is;
         } catch (const dnnl::error&) {
         }

@@ -155,6 +155,11 @@ std::optional<dnnl::memory::desc> ValueMemories::home_layout(ValueId v) const {
 
 std::optional<dnnl::memory::desc> ValueMemories::kept_layout(ValueId v, const Shape& shape) const {
   if (!keep_input_layouts_) return std::nullopt;
+  return activation_layout(v, shape);
+}
+
+std::optional<dnnl::memory::desc> ValueMemories::activation_layout(ValueId v,
+                                                                   const Shape& shape) const {
   auto it = entries_.find(v);
   if (it == entries_.end()) return std::nullopt;
   const dnnl::memory::desc md = it->second.primary.memory.get_desc();

@@ -109,6 +109,9 @@ class ValueMemories {
   // `v`'s layout when readers should keep it (above) and it is not row-major with `shape`'s
   // dims; else nullopt.
   std::optional<dnnl::memory::desc> kept_layout(ValueId v, const Shape& shape) const;
+  // `v`'s layout when it has `shape`'s dims and is not row-major (an activation layout a
+  // producer chose); else nullopt.
+  std::optional<dnnl::memory::desc> activation_layout(ValueId v, const Shape& shape) const;
 
   // No later group may write over `v`'s memory in place (its buffer holds more than the
   // value each run rewrites).
