@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <set>
 #include <string>
@@ -17,6 +18,7 @@
 #include "backends/onednn/dnnl_common.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/region_kernel.h"
+#include "backends/onednn/winograd_f43.h"
 #include "collage/backend.h"
 #include "collage/placement_view.h"
 #include "collage/plan.h"
@@ -143,12 +145,20 @@ TEST(OnednnVariants, WinogradOfferedOnlyWhereOnednnTakesIt) {
     EXPECT_EQ(variants_of(onednn(), b), plain) << c.what;
   }
   {
-    // Winograd's primitive takes no Clip post-op: not offered (it would only fail).
+    // oneDNN's Winograd primitive takes no Clip post-op, collage's F(4x4, 3x3) does; neither
+    // a Clip after a residual Add: not offered (it would only fail).
     GraphBuilder b;
     ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
     b.output(b.add1("Clip", {conv(b, x, 16, 16, 3), b.constant("lo", Tensor::scalar(0.0f)),
                              b.constant("hi", Tensor::scalar(6.0f))}));
-    EXPECT_EQ(variants_of(onednn(), b), plain) << "3x3 + Clip";
+    EXPECT_EQ(variants_of(onednn(), b), both) << "3x3 + Clip";
+    GraphBuilder r;
+    ValueId rx = r.input("x", DType::kFloat32, {1, 16, 8, 8});
+    ValueId sum =
+        r.add1("Add", {conv(r, rx, 16, 16, 3), r.input("r", DType::kFloat32, {1, 16, 8, 8})});
+    r.output(r.add1("Clip", {sum, r.constant("lo", Tensor::scalar(0.0f)),
+                             r.constant("hi", Tensor::scalar(6.0f))}));
+    EXPECT_EQ(variants_of(onednn(), r), plain) << "3x3 + residual Add + Clip";
   }
   {
     GraphBuilder b;
@@ -619,6 +629,112 @@ TEST(OnednnConvDepthwise, ProposesOnlyTheLegalChains) {
   for (const Match& m : find_matches(twice.graph(), onednn()))
     EXPECT_FALSE(m.nodes.size() >= 2 && m.nodes[0] == 0 && m.nodes[1] == 1)
         << "the 1x1's output is read outside the fusion";
+}
+
+// ------------------------------------------------------- collage's F(4x4, 3x3) in a program
+
+// The implementations of `g` compiled whole on `backend` as `variant`.
+std::vector<std::string> implementations_of(Backend& backend, const Graph& g,
+                                            const std::string& variant) {
+  CompileOptions options = testing::test_options();
+  options.variant = variant;
+  std::unique_ptr<Kernel> kernel = backend.compile(g, options);
+  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(kernel.get());
+  if (!program) {
+    ADD_FAILURE() << "an onednn kernel is a program";
+    return {};
+  }
+  return program->program().implementations();
+}
+
+bool runs_f43(const std::vector<std::string>& implementations) {
+  return std::count(implementations.begin(), implementations.end(), onednn::kWinogradF43Step) != 0;
+}
+
+TEST(OnednnVariants, WinogradF43RandomizedLikeReference) {
+  // Channel counts off the 16-lane blocks, spatial sizes off the 4x4 tiles, asymmetric pads
+  // 0-1 (what the variant is offered for), batch 1-2, each activation the output transform applies: the "winograd" variant
+  // must run collage's F(4x4, 3x3) step (not oneDNN's kernel, not direct) and match the
+  // reference. A wrong transform matrix, tile offset, pad or channel tail fails here.
+  std::mt19937 rng(29);
+  for (int trial = 0; trial < 14; ++trial) {
+    const int64_t n = pick(rng, 1, 2), c = pick(rng, 1, 70), m = pick(rng, 1, 70),
+                  h = pick(rng, 3, 30), w = pick(rng, 3, 30);
+    const std::vector<int64_t> pads = {pick(rng, 0, 1), pick(rng, 0, 1), pick(rng, 0, 1),
+                                       pick(rng, 0, 1)};
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {n, c, h, w});
+    std::vector<ValueId> in = {x, b.random_constant("w", {m, c, 3, 3}, 0.3f)};
+    if (trial % 3 != 0) in.push_back(b.random_constant("b", {m}));
+    ValueId y = b.add1("Conv", in, {{"pads", attr_ints(pads)}});
+    const char* tail = "none";
+    switch (trial % 4) {
+      case 1:
+        tail = "Relu";
+        y = b.add1("Relu", {y});
+        break;
+      case 2:
+        tail = "Clip";
+        y = b.add1("Clip", {y, b.constant("lo", Tensor::scalar(-0.5f)),
+                            b.constant("hi", Tensor::scalar(0.7f))});
+        break;
+      case 3:
+        tail = "LeakyRelu";
+        y = b.add1("LeakyRelu", {y}, {{"alpha", attr_f(0.1f)}});
+        break;
+    }
+    b.output(y);
+    const std::string what =
+        fmt::format("trial {}: n{} c{} m{} {}x{} pads {},{},{},{} tail {}", trial, n, c, m, h, w,
+                    pads[0], pads[1], pads[2], pads[3], tail);
+    EXPECT_TRUE(runs_f43(implementations_of(onednn(), b.graph(), "winograd"))) << what;
+    expect_like_reference(onednn(), b.graph(), "winograd", what);
+    EXPECT_LT(scaled_error(run_variant(onednn(), b.graph(), "winograd")), 1e-4) << what;
+  }
+}
+
+TEST(OnednnVariants, WinogradF43OnlyWhereItsOutputTransformTakesTheTail) {
+  // A residual Add is no activation: that conv stays on oneDNN's Winograd kernel.
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
+  b.output(b.add1("Add", {conv(b, x, 16, 16, 3), b.input("r", DType::kFloat32, {1, 16, 8, 8})}));
+  EXPECT_FALSE(runs_f43(implementations_of(onednn(), b.graph(), "winograd")));
+  expect_like_reference(onednn(), b.graph(), "winograd", "3x3 + residual Add");
+  GraphBuilder relu;
+  ValueId rx = relu.input("x", DType::kFloat32, {1, 16, 8, 8});
+  relu.output(relu.add1("Relu", {conv(relu, rx, 16, 16, 3)}));
+  EXPECT_TRUE(runs_f43(implementations_of(onednn(), relu.graph(), "winograd")));
+  EXPECT_FALSE(runs_f43(implementations_of(onednn(), relu.graph(), "")));
+}
+
+TEST(OnednnVariants, WinogradF43BranchesConcurrentAndInPlaceLikeReference) {
+  // Two F(4x4, 3x3) convs on one input, their outputs concatenated in place (each writes its
+  // channel slice of the wider buffer through its strides), with every independent step run
+  // concurrently (COLLAGE_ONEDNN_LANES=always: a step that ignored it was inside a lane would
+  // fight its partner for the team, a wrong slice offset would overwrite the other branch).
+  const char* saved = std::getenv("COLLAGE_ONEDNN_LANES");
+  const std::string restore = saved ? saved : "";
+  setenv("COLLAGE_ONEDNN_LANES", "always", 1);
+  std::mt19937 rng(41);
+  for (int trial = 0; trial < 4; ++trial) {
+    const int64_t c = 16 * pick(rng, 1, 3), s = pick(rng, 6, 20), k1 = 16 * pick(rng, 1, 3),
+                  k2 = 16 * pick(rng, 1, 3);
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, c, s, s});
+    ValueId head = b.add1("Relu", {conv(b, x, c, c, 1)});
+    ValueId left = b.add1("Relu", {conv(b, head, c, k1, 3)});
+    ValueId right = b.add1("Relu", {conv(b, head, c, k2, 3)});
+    ValueId cat = b.add1("Concat", {left, right}, {{"axis", attr_i(1)}});
+    b.output(b.add1("Relu", {conv(b, cat, k1 + k2, 24, 1)}));
+    const std::string what = fmt::format("{} channels {}x{}, branches {}/{}", c, s, s, k1, k2);
+    const std::vector<std::string> impl = implementations_of(onednn_graph(), b.graph(), "winograd");
+    EXPECT_EQ(std::count(impl.begin(), impl.end(), onednn::kWinogradF43Step), 2) << what;
+    expect_like_reference(onednn_graph(), b.graph(), "winograd", what);
+  }
+  if (saved)
+    setenv("COLLAGE_ONEDNN_LANES", restore.c_str(), 1);
+  else
+    unsetenv("COLLAGE_ONEDNN_LANES");
 }
 
 }  // namespace

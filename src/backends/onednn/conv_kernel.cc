@@ -1,14 +1,16 @@
 // Conv and ConvTranspose on oneDNN's (de)convolution primitives. Weights are reordered once
 // to the layout the primitive prefers (blocked, format_tag::any); activations are
 // reordered only where they are not already in the layout the primitive prefers. A Conv is
-// built with the direct algorithm or, as the "winograd" variant, with oneDNN's Winograd
-// convolution (fewer multiplies for 3x3 stride-1 kernels).
+// built with the direct algorithm or, as the "winograd" variant, with fewer multiplies for
+// 3x3 stride-1 kernels: collage's channels-last F(4x4, 3x3) where its tail is activations
+// (winograd_f43.h), else oneDNN's Winograd convolution.
 #include <algorithm>
 #include <numeric>
 
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
+#include "backends/onednn/winograd_f43.h"
 
 namespace collage::onednn {
 namespace {
@@ -248,6 +250,12 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
       out_spatial(ys.begin() + 2, ys.end());
   const Geometry geo = transposed ? transposed_geometry(node, in_spatial, k, out_spatial)
                                   : forward_geometry(node, in_spatial, k, out_spatial);
+  // Winograd where collage's own F(4x4, 3x3) takes the conv and its tail: channels-last like
+  // the direct kernels around it (winograd_f43.h); elsewhere oneDNN's, which reads nChw16c.
+  if (winograd && winograd_f43_takes(sub, node, tail.ops)) {
+    emit_winograd_f43(sub, node, bias, tail.ops, geo.pad_l[0], geo.pad_l[1], tail.out, values);
+    return;
+  }
   const dnnl::memory::desc w_view = weights_view(ws, group, transposed);
   const dnnl::memory::desc src_md = any_md(to_dims(xs)), dst_md = any_md(to_dims(ys));
   const dnnl::memory::desc w_md = any_md(w_view.dims());

@@ -31,8 +31,9 @@ std::string backend_version() {
   // 15: a ConvTranspose's bias and post-ops run as a binary primitive after it (conv_kernel.cc).
   // 16: a conv reads its input in the layout it has where oneDNN runs the same kernel there.
   // 17: Slices with steps and Gathers of one constant index are cuts (layout_kernel.cc); a
-  // failure cached for them before is tried again.
-  constexpr int kKernelRevision = 17;
+  // failure cached for them before is tried again. 18: the "winograd" variant of a conv with an
+  // eltwise tail is collage's channels-last F(4x4, 3x3) (winograd_f43.h).
+  constexpr int kKernelRevision = 18;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
@@ -130,6 +131,10 @@ dnnl::memory Program::rewritten_buffer(const dnnl::memory::desc& md) {
 std::vector<std::string> Program::implementations() const {
   std::vector<std::string> out;
   for (const Step& step : steps_) {
+    if (step.custom) {
+      out.push_back(step.custom_name);
+      continue;
+    }
     const char* info = nullptr;
     dnnl_primitive_desc_query(step.primitive.get_primitive_desc(), dnnl_query_impl_info_str, 0,
                               &info);
@@ -140,7 +145,8 @@ std::vector<std::string> Program::implementations() const {
 
 std::vector<dnnl::primitive::kind> Program::step_kinds() const {
   std::vector<dnnl::primitive::kind> out;
-  for (const Step& step : steps_) out.push_back(step.primitive.get_kind());
+  for (const Step& step : steps_)
+    out.push_back(step.custom ? dnnl::primitive::kind::undef : step.primitive.get_kind());
   return out;
 }
 
@@ -287,6 +293,18 @@ void Program::add(const dnnl::primitive& primitive, const dnnl::primitive_desc_b
   steps_.push_back(std::move(step));
 }
 
+void Program::add_custom(std::string name, CustomStep custom,
+                         std::vector<std::pair<int, dnnl::memory>> args) {
+  Step step;
+  step.custom = std::move(custom);
+  step.custom_name = std::move(name);
+  for (auto& [arg, memory] : args) {
+    step.args.push_back({arg, memory.get()});
+    step.memories.push_back(memory);
+  }
+  steps_.push_back(std::move(step));
+}
+
 void Program::rollback(const Mark& mark) {
   inputs_.resize(mark.inputs);
   outputs_.resize(mark.outputs);
@@ -301,9 +319,17 @@ void Program::finalize(Lanes lanes, LaneMemo* memo) {
 }
 
 dnnl_status_t Program::execute(size_t step, dnnl::stream& stream) {
-  const Step& s = steps_[step];
-  return dnnl_primitive_execute(s.primitive.get(), stream.get(), static_cast<int>(s.args.size()),
-                                s.args.data());
+  return execute_with(steps_[step], stream, steps_[step].args);
+}
+
+dnnl_status_t Program::execute_with(const Step& step, dnnl::stream& stream,
+                                    const std::vector<dnnl_exec_arg_t>& args) {
+  if (step.custom) {
+    step.custom(args.data(), static_cast<int>(args.size()));
+    return dnnl_success;
+  }
+  return dnnl_primitive_execute(step.primitive.get(), stream.get(), static_cast<int>(args.size()),
+                                args.data());
 }
 
 void Program::run_steps(size_t begin, size_t end) {

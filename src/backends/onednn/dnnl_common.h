@@ -98,6 +98,15 @@ class Program {
   // Adds an execution of `primitive`; `pd` supplies its scratchpad size.
   void add(const dnnl::primitive& primitive, const dnnl::primitive_desc_base& pd,
            std::vector<std::pair<int, dnnl::memory>> args);
+  // A step of collage's own code where oneDNN has no primitive for the work (the Winograd
+  // transforms, winograd_f43.h). It is called with the step's arguments, bound as a
+  // primitive's are (DNNL_ARG_SRC*, DNNL_ARG_DST*: what it reads and writes, which lanes and
+  // buffer reuse rely on), and reads their data handles when it runs: they change from run to
+  // run. It parallelises with OpenMP unless called inside a team (a lane), like oneDNN.
+  // `name` is what implementations() reports for it.
+  using CustomStep = std::function<void(const dnnl_exec_arg_t* args, int count)>;
+  void add_custom(std::string name, CustomStep step,
+                  std::vector<std::pair<int, dnnl::memory>> args);
 
   // A point to roll back to: an emitter that throws after adding steps (a fused group
   // oneDNN refuses late) must not leave half a group in a program that goes on.
@@ -133,7 +142,9 @@ class Program {
 
  private:
   struct Step {
-    dnnl::primitive primitive;
+    dnnl::primitive primitive;  // empty for a custom step
+    CustomStep custom;
+    std::string custom_name;
     std::vector<dnnl::memory> memories;  // keeps the handles in `args` alive
     std::vector<dnnl_exec_arg_t> args;
     dnnl::memory::desc scratchpad_md;
@@ -164,6 +175,9 @@ class Program {
   void place_rewritten_buffers(const std::vector<std::pair<size_t, size_t>>& span);
   void bind_scratchpads();
   dnnl_status_t execute(size_t step, dnnl::stream& stream);
+  // Runs `step` with `args` (its own, or stand-ins for them): its primitive or custom code.
+  static dnnl_status_t execute_with(const Step& step, dnnl::stream& stream,
+                                    const std::vector<dnnl_exec_arg_t>& args);
   void run_steps(size_t begin, size_t end);
   void run_lanes(size_t stage);
 

@@ -175,10 +175,7 @@ std::vector<bool> Program::narrow_safe_steps(int threads) {
       dnnl_status_t status = dnnl_success;
 #pragma omp parallel num_threads(threads)
       if (omp_get_thread_num() == threads - 1)
-        in_team_of_one([&] {
-          status = dnnl_primitive_execute(step.primitive.get(), stream_.get(),
-                                          static_cast<int>(args.size()), args.data());
-        });
+        in_team_of_one([&] { status = execute_with(step, stream_, args); });
       check(status);
     }
     check(execute(s, stream_));

@@ -1,0 +1,38 @@
+// A 3x3 stride-1 convolution by Winograd's minimal filtering F(4x4, 3x3) in channels-last
+// layout: collage's own input and output transforms around one batched oneDNN matmul (the
+// 36 products of the transformed tiles with the transformed weights). It is what the
+// "winograd" variant builds where it applies, because oneDNN 2.6's Winograd kernels read
+// only nChw16c while its direct 3x3 and 1x1 kernels (brgconv) read and write channels-last:
+// inside a region a oneDNN Winograd conv costs a reorder on each side (docs/DESIGN.md, "Why
+// Winograd gains little inside a region"); this one reads and writes what its neighbours do.
+// Measured standalone (2 threads, this EPYC, conv + bias + Relu, channels-last in and out):
+// against brgconv 1.3x at 64->64 56x56, 1.65x at 128->128 28x28, 1.57x at 256->256 14x14,
+// 2.0x at 128->192 28x28; 0.29x at 512->512 7x7 (its 36 transformed weight matrices, 38 MB,
+// are read each run for 4 tiles): the tuner measures it per conv like any variant.
+#pragma once
+
+#include <vector>
+
+#include "backends/onednn/epilogue.h"
+#include "backends/onednn/value_memories.h"
+#include "collage/graph.h"
+
+namespace collage::onednn {
+
+// Whether the convolution `conv` (a 2-D 3x3 stride-1 undilated single-group Conv, checked by
+// the caller), with its tail `ops` after the bias folded in, can be built here: a float32
+// input, constant weights, and a tail of Relu, LeakyRelu and Clip only (applied in the output
+// transform).
+bool winograd_f43_takes(const Graph& g, const Node& conv, const std::vector<PostOp>& ops);
+
+// Emits `conv` reading `x` (N, C, H, W) and writing `out` (N, K, OH, OW) with `bias` per output
+// channel and the tail `ops` (winograd_f43_takes), top and left pads `pad_t`, `pad_l`: three
+// steps (input transform, matmul, output transform).
+void emit_winograd_f43(const Graph& g, const Node& conv, const std::vector<float>& bias,
+                       const std::vector<PostOp>& ops, int64_t pad_t, int64_t pad_l, ValueId out,
+                       ValueMemories& values);
+
+// The name implementations() reports for its transform steps.
+inline constexpr const char* kWinogradF43Step = "collage:winograd_f43";
+
+}  // namespace collage::onednn
