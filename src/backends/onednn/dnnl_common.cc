@@ -324,10 +324,7 @@ dnnl_status_t Program::execute(size_t step, dnnl::stream& stream) {
 
 dnnl_status_t Program::execute_with(const Step& step, dnnl::stream& stream,
                                     const std::vector<dnnl_exec_arg_t>& args) {
-  if (step.custom) {
-    step.custom(args.data(), static_cast<int>(args.size()));
-    return dnnl_success;
-  }
+  if (step.custom) return step.custom(args.data(), static_cast<int>(args.size()));
   return dnnl_primitive_execute(step.primitive.get(), stream.get(), static_cast<int>(args.size()),
                                 args.data());
 }

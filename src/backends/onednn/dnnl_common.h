@@ -102,9 +102,10 @@ class Program {
   // transforms, winograd_f43.h). It is called with the step's arguments, bound as a
   // primitive's are (DNNL_ARG_SRC*, DNNL_ARG_DST*: what it reads and writes, which lanes and
   // buffer reuse rely on), and reads their data handles when it runs: they change from run to
-  // run. It parallelises with OpenMP unless called inside a team (a lane), like oneDNN.
-  // `name` is what implementations() reports for it.
-  using CustomStep = std::function<void(const dnnl_exec_arg_t* args, int count)>;
+  // run. It parallelises with OpenMP unless called inside a team (a lane), like oneDNN, and
+  // returns a status instead of throwing (it may run inside an OpenMP region, which no
+  // exception may leave). `name` is what implementations() reports for it.
+  using CustomStep = std::function<dnnl_status_t(const dnnl_exec_arg_t* args, int count)>;
   void add_custom(std::string name, CustomStep step,
                   std::vector<std::pair<int, dnnl::memory>> args);
 

@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -68,14 +69,12 @@ std::optional<Activation> activation(const PostOp& op) {
   return std::nullopt;
 }
 
+// The data of the step's argument `arg` (bound by emit_winograd_f43, so always there).
 float* data_of(const dnnl_exec_arg_t* args, int count, int arg) {
-  for (int i = 0; i < count; ++i)
-    if (args[i].arg == arg) {
-      void* p = nullptr;
-      dnnl_memory_get_data_handle(args[i].memory, &p);
-      return static_cast<float*>(p);
-    }
-  fail(ErrorKind::kInternal, "onednn: Winograd step without argument {}", arg);
+  void* p = nullptr;
+  for (int i = 0; i < count && !p; ++i)
+    if (args[i].arg == arg) dnnl_memory_get_data_handle(args[i].memory, &p);
+  return static_cast<float*>(p);
 }
 
 // dst[0..16) = src[0..count), zeros after.
@@ -345,15 +344,24 @@ class WinogradF43 {
     }
   }
 
-  void run(const float* x, float* y) {
+  // Returns oneDNN's status of the first matmul that failed (no exception leaves an OpenMP
+  // region: it would end the process).
+  dnnl_status_t run(const float* x, float* y) {
     const int64_t items = tile_blocks_ * channel_blocks_;
     if (omp_in_parallel()) {  // a lane of a concurrent stage: this thread alone
-      for (int64_t i = 0; i < items; ++i) work(i, threads_[0], x, y);
-      return;
+      for (int64_t i = 0; i < items; ++i)
+        if (dnnl_status_t status = work(i, threads_[0], x, y); status != dnnl_success)
+          return status;
+      return dnnl_success;
     }
     const int team = std::min<int>(omp_get_max_threads(), static_cast<int>(threads_.size()));
+    std::atomic<dnnl_status_t> failed{dnnl_success};
 #pragma omp parallel for num_threads(team) schedule(dynamic, 1)
-    for (int64_t i = 0; i < items; ++i) work(i, threads_[omp_get_thread_num()], x, y);
+    for (int64_t i = 0; i < items; ++i)
+      if (dnnl_status_t status = work(i, threads_[omp_get_thread_num()], x, y);
+          status != dnnl_success)
+        failed.store(status);
+    return failed.load();
   }
 
  private:
@@ -366,7 +374,7 @@ class WinogradF43 {
     dnnl::stream stream;
   };
 
-  void work(int64_t item, Thread& th, const float* x, float* y) {
+  dnnl_status_t work(int64_t item, Thread& th, const float* x, float* y) {
     const int64_t tb = item / channel_blocks_, kb = item % channel_blocks_;
     const int64_t first = tb * rows_, count = std::min(rows_, geo_.tiles() - first);
     const int64_t k0 = kb * width_, width = std::min(width_, geo_.k - k0);
@@ -381,10 +389,12 @@ class WinogradF43 {
                                     {DNNL_ARG_WEIGHTS, packed_[kb].get()},
                                     {DNNL_ARG_DST, m.get()},
                                     {DNNL_ARG_SCRATCHPAD, th.scratch.get()}};
-    if (dnnl_primitive_execute(mm.primitive.get(), th.stream.get(), 4, args) != dnnl_success)
-      fail(ErrorKind::kBackend, "onednn: Winograd matmul failed");
+    if (dnnl_status_t status = dnnl_primitive_execute(mm.primitive.get(), th.stream.get(), 4, args);
+        status != dnnl_success)
+      return status;
     output_block(geo_, bias_, acts_, static_cast<const float*>(th.m.get_data_handle()), first,
                  count, rows_, k0, width, out_, y);
+    return dnnl_success;
   }
 
   Geometry geo_;
@@ -450,8 +460,8 @@ void emit_winograd_f43(const Graph& g, const Node& conv, const std::vector<float
                                             std::move(acts), *src_at, *dst_at);
   program.add_custom(kWinogradF43Step,
                      [step](const dnnl_exec_arg_t* args, int count) {
-                       step->run(data_of(args, count, DNNL_ARG_SRC),
-                                 data_of(args, count, DNNL_ARG_DST));
+                       return step->run(data_of(args, count, DNNL_ARG_SRC),
+                                        data_of(args, count, DNNL_ARG_DST));
                      },
                      {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
   values.produced(out, dst);
