@@ -252,7 +252,7 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
                                   : forward_geometry(node, in_spatial, k, out_spatial);
   // Winograd where collage's own F(4x4, 3x3) takes the conv and its tail: channels-last like
   // the direct kernels around it (winograd_f43.h); elsewhere oneDNN's, which reads nChw16c.
-  if (winograd && winograd_f43_takes(sub, node, tail.ops)) {
+  if (winograd && winograd_f43_takes(tail.ops)) {
     emit_winograd_f43(sub, node, bias, tail.ops, geo.pad_l[0], geo.pad_l[1], tail.out, values);
     return;
   }

@@ -285,12 +285,8 @@ void Program::add(const dnnl::primitive& primitive, const dnnl::primitive_desc_b
                   std::vector<std::pair<int, dnnl::memory>> args) {
   Step step;
   step.primitive = primitive;
-  for (auto& [arg, memory] : args) {
-    step.args.push_back({arg, memory.get()});
-    step.memories.push_back(memory);
-  }
   step.scratchpad_md = pd.scratchpad_desc();
-  steps_.push_back(std::move(step));
+  push_step(std::move(step), args);
 }
 
 void Program::add_custom(std::string name, CustomStep custom,
@@ -298,7 +294,11 @@ void Program::add_custom(std::string name, CustomStep custom,
   Step step;
   step.custom = std::move(custom);
   step.custom_name = std::move(name);
-  for (auto& [arg, memory] : args) {
+  push_step(std::move(step), args);
+}
+
+void Program::push_step(Step step, const std::vector<std::pair<int, dnnl::memory>>& args) {
+  for (const auto& [arg, memory] : args) {
     step.args.push_back({arg, memory.get()});
     step.memories.push_back(memory);
   }

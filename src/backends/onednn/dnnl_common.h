@@ -175,6 +175,8 @@ class Program {
   // own position, one after another).
   void place_rewritten_buffers(const std::vector<std::pair<size_t, size_t>>& span);
   void bind_scratchpads();
+  // Binds `args` to `step` (the memories kept alive beside their handles) and appends it.
+  void push_step(Step step, const std::vector<std::pair<int, dnnl::memory>>& args);
   dnnl_status_t execute(size_t step, dnnl::stream& stream);
   // Runs `step` with `args` (its own, or stand-ins for them): its primitive or custom code.
   static dnnl_status_t execute_with(const Step& step, dnnl::stream& stream,

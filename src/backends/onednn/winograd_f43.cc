@@ -98,40 +98,45 @@ inline void store_block(float* dst, const float* src, int64_t count) {
 
 using Block = float[kLanes];
 
-// The transforms below take whole tiles as arrays (not rows through pointers, which GCC
-// left scalar: 3-5x slower per transform, measured in ResNet-50).
+// One column (or row) of a tile through B^T (input_1d) or A^T (output_1d): six values in,
+// written where the caller says (references into its tile arrays: GCC 12 vectorizes the
+// callers' loops over the 16 lanes so, and left them scalar with a small struct returned,
+// -fopt-info-vec).
+inline void input_1d(float d0, float d1, float d2, float d3, float d4, float d5, float& o0,
+                     float& o1, float& o2, float& o3, float& o4, float& o5) {
+  o0 = 4 * d0 - 5 * d2 + d4;
+  o1 = -4 * d1 - 4 * d2 + d3 + d4;
+  o2 = 4 * d1 - 4 * d2 - d3 + d4;
+  o3 = -2 * d1 - d2 + 2 * d3 + d4;
+  o4 = 2 * d1 - d2 - 2 * d3 + d4;
+  o5 = 4 * d1 - 5 * d3 + d5;
+}
+inline void output_1d(float m0, float m1, float m2, float m3, float m4, float m5, float& o0,
+                      float& o1, float& o2, float& o3) {
+  o0 = m0 + m1 + m2 + m3 + m4;
+  o1 = m1 - m2 + 2 * (m3 - m4);
+  o2 = m1 + m2 + 4 * (m3 + m4);
+  o3 = m1 - m2 + 8 * (m3 - m4) + m5;
+}
 
-// u = B^T d B for a 6x6 tile of 16-lane blocks (d is overwritten with B^T d).
-inline void input_tile(Block (&d)[kTile][kTile], Block (&u)[kTile][kTile]) {
+// The transforms below take whole tiles as arrays (not rows through pointers, which GCC
+// left scalar: 3-5x slower per transform, measured in ResNet-50), columns first into a
+// scratch tile, then rows.
+
+// u = B^T d B for a 6x6 tile of 16-lane blocks.
+inline void input_tile(const Block (&d)[kTile][kTile], Block (&u)[kTile][kTile]) {
+  Block t[kTile][kTile];
   for (int j = 0; j < kTile; ++j) {
-    Block e[kTile];
 #pragma omp simd
-    for (int64_t c = 0; c < kLanes; ++c) {
-      const float d0 = d[0][j][c], d1 = d[1][j][c], d2 = d[2][j][c], d3 = d[3][j][c],
-                  d4 = d[4][j][c], d5 = d[5][j][c];
-      e[0][c] = 4 * d0 - 5 * d2 + d4;
-      e[1][c] = -4 * d1 - 4 * d2 + d3 + d4;
-      e[2][c] = 4 * d1 - 4 * d2 - d3 + d4;
-      e[3][c] = -2 * d1 - d2 + 2 * d3 + d4;
-      e[4][c] = 2 * d1 - d2 - 2 * d3 + d4;
-      e[5][c] = 4 * d1 - 5 * d3 + d5;
-    }
-    for (int i = 0; i < kTile; ++i)
-#pragma omp simd
-      for (int64_t c = 0; c < kLanes; ++c) d[i][j][c] = e[i][c];
+    for (int64_t c = 0; c < kLanes; ++c)
+      input_1d(d[0][j][c], d[1][j][c], d[2][j][c], d[3][j][c], d[4][j][c], d[5][j][c], t[0][j][c],
+               t[1][j][c], t[2][j][c], t[3][j][c], t[4][j][c], t[5][j][c]);
   }
   for (int i = 0; i < kTile; ++i) {
 #pragma omp simd
-    for (int64_t c = 0; c < kLanes; ++c) {
-      const float d0 = d[i][0][c], d1 = d[i][1][c], d2 = d[i][2][c], d3 = d[i][3][c],
-                  d4 = d[i][4][c], d5 = d[i][5][c];
-      u[i][0][c] = 4 * d0 - 5 * d2 + d4;
-      u[i][1][c] = -4 * d1 - 4 * d2 + d3 + d4;
-      u[i][2][c] = 4 * d1 - 4 * d2 - d3 + d4;
-      u[i][3][c] = -2 * d1 - d2 + 2 * d3 + d4;
-      u[i][4][c] = 2 * d1 - d2 - 2 * d3 + d4;
-      u[i][5][c] = 4 * d1 - 5 * d3 + d5;
-    }
+    for (int64_t c = 0; c < kLanes; ++c)
+      input_1d(t[i][0][c], t[i][1][c], t[i][2][c], t[i][3][c], t[i][4][c], t[i][5][c], u[i][0][c],
+               u[i][1][c], u[i][2][c], u[i][3][c], u[i][4][c], u[i][5][c]);
   }
 }
 
@@ -140,25 +145,15 @@ inline void output_tile(const Block (&p)[kTile][kTile], Block (&r)[kOut][kOut]) 
   Block s[kOut][kTile];
   for (int j = 0; j < kTile; ++j) {
 #pragma omp simd
-    for (int64_t c = 0; c < kLanes; ++c) {
-      const float m0 = p[0][j][c], m1 = p[1][j][c], m2 = p[2][j][c], m3 = p[3][j][c],
-                  m4 = p[4][j][c], m5 = p[5][j][c];
-      s[0][j][c] = m0 + m1 + m2 + m3 + m4;
-      s[1][j][c] = m1 - m2 + 2 * (m3 - m4);
-      s[2][j][c] = m1 + m2 + 4 * (m3 + m4);
-      s[3][j][c] = m1 - m2 + 8 * (m3 - m4) + m5;
-    }
+    for (int64_t c = 0; c < kLanes; ++c)
+      output_1d(p[0][j][c], p[1][j][c], p[2][j][c], p[3][j][c], p[4][j][c], p[5][j][c], s[0][j][c],
+                s[1][j][c], s[2][j][c], s[3][j][c]);
   }
   for (int i = 0; i < kOut; ++i) {
 #pragma omp simd
-    for (int64_t c = 0; c < kLanes; ++c) {
-      const float m0 = s[i][0][c], m1 = s[i][1][c], m2 = s[i][2][c], m3 = s[i][3][c],
-                  m4 = s[i][4][c], m5 = s[i][5][c];
-      r[i][0][c] = m0 + m1 + m2 + m3 + m4;
-      r[i][1][c] = m1 - m2 + 2 * (m3 - m4);
-      r[i][2][c] = m1 + m2 + 4 * (m3 + m4);
-      r[i][3][c] = m1 - m2 + 8 * (m3 - m4) + m5;
-    }
+    for (int64_t c = 0; c < kLanes; ++c)
+      output_1d(s[i][0][c], s[i][1][c], s[i][2][c], s[i][3][c], s[i][4][c], s[i][5][c], r[i][0][c],
+                r[i][1][c], r[i][2][c], r[i][3][c]);
   }
 }
 
@@ -335,11 +330,17 @@ class WinogradF43 {
           dnnl::memory({{kTile * kTile, rows_, width_}, dt::f32, tag::abc}, cpu_engine()),
           dnnl::memory({{static_cast<int64_t>(std::max<size_t>(scratch_bytes, 1))}, dt::u8, tag::a},
                        cpu_engine()),
+          {},
           dnnl::stream(cpu_engine())};
       std::fill_n(static_cast<float*>(th.v.get_data_handle()), v_floats, 0.0f);
       std::fill_n(static_cast<float*>(th.m.get_data_handle()), m_floats, 0.0f);
       std::fill_n(static_cast<char*>(th.scratch.get_data_handle()),
                   std::max<size_t>(scratch_bytes, 1), 0);
+      for (int64_t kb = 0; kb < channel_blocks_; ++kb)
+        th.products.emplace_back(
+            dnnl::memory::desc({kTile * kTile, rows_, std::min(width_, geo.k - kb * width_)},
+                               dt::f32, tag::abc),
+            cpu_engine(), th.m.get_data_handle());
       threads_.push_back(std::move(th));
     }
   }
@@ -371,6 +372,9 @@ class WinogradF43 {
   };
   struct Thread {
     dnnl::memory v, m, scratch;
+    // Per channel block: `m` seen as that block's products, `width` columns per row (a
+    // narrower last block uses the front of the buffer).
+    std::vector<dnnl::memory> products;
     dnnl::stream stream;
   };
 
@@ -381,13 +385,9 @@ class WinogradF43 {
     float* v = static_cast<float*>(th.v.get_data_handle());
     input_block(geo_, in_, x, first, count, rows_, v);
     const Matmul& mm = matmuls_.at(width);
-    // The products of this block, `width` columns per row (a narrower last block reuses the
-    // front of the buffer).
-    const dnnl::memory m({{kTile * kTile, rows_, width}, dt::f32, tag::abc}, cpu_engine(),
-                         th.m.get_data_handle());
     const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, th.v.get()},
                                     {DNNL_ARG_WEIGHTS, packed_[kb].get()},
-                                    {DNNL_ARG_DST, m.get()},
+                                    {DNNL_ARG_DST, th.products[kb].get()},
                                     {DNNL_ARG_SCRATCHPAD, th.scratch.get()}};
     if (dnnl_status_t status = dnnl_primitive_execute(mm.primitive.get(), th.stream.get(), 4, args);
         status != dnnl_success)
@@ -409,10 +409,7 @@ class WinogradF43 {
 
 }  // namespace
 
-bool winograd_f43_takes(const Graph& g, const Node& conv, const std::vector<PostOp>& ops) {
-  if (conv.inputs.size() < 2 || g.value(conv.input(0)).dtype != DType::kFloat32 ||
-      g.value(conv.input(0)).shape.size() != 4 || !g.value(conv.input(1)).is_constant())
-    return false;
+bool winograd_f43_takes(const std::vector<PostOp>& ops) {
   return std::all_of(ops.begin(), ops.end(),
                      [](const PostOp& op) { return activation(op).has_value(); });
 }
@@ -423,17 +420,17 @@ void emit_winograd_f43(const Graph& g, const Node& conv, const std::vector<float
   const ValueId x = conv.input(0);
   const Shape& xs = g.value(x).shape;
   const Shape& ys = g.value(conv.outputs[0]).shape;
-  Geometry geo{xs[0],
-               xs[1],
-               ys[1],
-               xs[2],
-               xs[3],
-               ys[2],
-               ys[3],
-               pad_t,
-               pad_l,
-               (ys[2] + kOut - 1) / kOut,
-               (ys[3] + kOut - 1) / kOut};
+  const Geometry geo{.n = xs[0],
+                     .c = xs[1],
+                     .k = ys[1],
+                     .h = xs[2],
+                     .w = xs[3],
+                     .oh = ys[2],
+                     .ow = ys[3],
+                     .pad_t = pad_t,
+                     .pad_l = pad_l,
+                     .th = (ys[2] + kOut - 1) / kOut,
+                     .tw = (ys[3] + kOut - 1) / kOut};
   std::vector<Activation> acts;
   for (const PostOp& op : ops) acts.push_back(activation(op).value());
   Program& program = values.program();

@@ -19,20 +19,19 @@
 
 namespace collage::onednn {
 
-// Whether the convolution `conv` (a 2-D 3x3 stride-1 undilated single-group Conv, checked by
-// the caller), with its tail `ops` after the bias folded in, can be built here: a float32
-// input, constant weights, and a tail of Relu, LeakyRelu and Clip only (applied in the output
-// transform).
-bool winograd_f43_takes(const Graph& g, const Node& conv, const std::vector<PostOp>& ops);
+// Whether a Winograd-shaped conv (winograd_candidate: 2-D 3x3 stride-1 undilated, one group)
+// that emit_conv takes (float32, constant weights) can be built here with its tail `ops`
+// after the bias folded in: Relu, LeakyRelu and Clip only (applied in the output transform).
+bool winograd_f43_takes(const std::vector<PostOp>& ops);
 
 // Emits `conv` reading `x` (N, C, H, W) and writing `out` (N, K, OH, OW) with `bias` per output
-// channel and the tail `ops` (winograd_f43_takes), top and left pads `pad_t`, `pad_l`: three
-// steps (input transform, matmul, output transform).
+// channel and the tail `ops` (winograd_f43_takes), top and left pads `pad_t`, `pad_l`: one
+// program step (transforms and matmul in work items of its threads, winograd_f43.cc).
 void emit_winograd_f43(const Graph& g, const Node& conv, const std::vector<float>& bias,
                        const std::vector<PostOp>& ops, int64_t pad_t, int64_t pad_l, ValueId out,
                        ValueMemories& values);
 
-// The name implementations() reports for its transform steps.
+// The name implementations() reports for that step.
 inline constexpr const char* kWinogradF43Step = "collage:winograd_f43";
 
 }  // namespace collage::onednn
