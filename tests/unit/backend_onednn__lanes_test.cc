@@ -15,6 +15,7 @@
 #include "backends/onednn/lanes.h"
 #include "backends/onednn/region_kernel.h"
 #include "onednn_program_steps.h"
+#include "onednn_test_util.h"
 #include "runtime/threads.h"
 
 namespace collage::onednn {
@@ -24,6 +25,7 @@ using testing::attr_i;
 using testing::attr_ints;
 using testing::GraphBuilder;
 using testing::outputs_match;
+using testing::WithLanes;
 
 std::vector<std::vector<size_t>> deps(const std::vector<StepAccess>& steps) {
   return step_dependencies(steps);
@@ -116,29 +118,6 @@ TEST(OnednnLanes, OneLaneNeverMakesAStage) {
   const Fork f = fork_of_two_chains(4, {0.8, 1.0});
   EXPECT_EQ(plan_lanes(f.preds, f.costs, 1, 0.0).concurrent_stages(), 0);
 }
-
-// The thread count and COLLAGE_ONEDNN_LANES for one test, restored after it.
-class WithLanes {
- public:
-  // nullptr: unset (the default, kMeasured).
-  explicit WithLanes(const char* mode) {
-    use_threads_on_this_thread(2);
-    if (const char* v = std::getenv("COLLAGE_ONEDNN_LANES")) saved_ = v;
-    if (mode)
-      setenv("COLLAGE_ONEDNN_LANES", mode, 1);
-    else
-      unsetenv("COLLAGE_ONEDNN_LANES");
-  }
-  ~WithLanes() {
-    if (saved_.empty())
-      unsetenv("COLLAGE_ONEDNN_LANES");
-    else
-      setenv("COLLAGE_ONEDNN_LANES", saved_.c_str(), 1);
-  }
-
- private:
-  std::string saved_;
-};
 
 using dt = dnnl::memory::data_type;
 

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <random>
 #include <set>
 #include <string>
@@ -24,6 +23,7 @@
 #include "collage/plan.h"
 #include "collage/session.h"
 #include "graph_builder.h"
+#include "onednn_test_util.h"
 #include "util/compare.h"
 
 namespace collage {
@@ -46,22 +46,37 @@ struct Outputs {
   std::vector<Tensor> got, want;
 };
 
-// The steps of `g` compiled as one onednn-graph region: their kinds and implementations.
-struct RegionSteps {
+// The steps of a compiled oneDNN program: their kinds and implementations, and how many
+// concurrent stages it runs.
+struct ProgramSteps {
   std::vector<dnnl::primitive::kind> kinds;
   std::vector<std::string> implementations;
+  int concurrent_stages = 0;
   std::ptrdiff_t count(dnnl::primitive::kind kind) const {
     return std::count(kinds.begin(), kinds.end(), kind);
   }
+  std::ptrdiff_t count(const std::string& implementation) const {
+    return std::count(implementations.begin(), implementations.end(), implementation);
+  }
 };
-RegionSteps region_steps(const Graph& g) {
-  std::unique_ptr<Kernel> kernel = onednn::compile_region(g);
-  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(kernel.get());
+ProgramSteps steps_of(const Kernel& kernel) {
+  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(&kernel);
   if (!program) {
-    ADD_FAILURE() << "a region compiles to a program";
+    ADD_FAILURE() << "an onednn kernel is a program";
     return {};
   }
-  return {program->program().step_kinds(), program->program().implementations()};
+  return {program->program().step_kinds(), program->program().implementations(),
+          program->program().concurrent_stages()};
+}
+// `g` compiled as one onednn-graph region.
+ProgramSteps region_steps(const Graph& g) {
+  return steps_of(*onednn::compile_region(g));
+}
+// `g` compiled whole on `backend` as `variant`.
+ProgramSteps compiled_steps(Backend& backend, const Graph& g, const std::string& variant) {
+  CompileOptions options = testing::test_options();
+  options.variant = variant;
+  return steps_of(*backend.compile(g, options));
 }
 
 // The whole graph compiled on `backend` as `variant`, and the reference, on the same inputs.
@@ -547,7 +562,7 @@ TEST(OnednnConvDepthwise, RegionSplitsAPairThatWouldChangeLayouts) {
                        {"pads", attr_ints({1, 1, 1, 1})}}));
   b.output(b.add1("Conv", {y, b.random_constant("w2", {24, 96, 1, 1}, 0.4f)}));
   expect_like_reference(onednn_graph(), b.graph(), "", "conv, expand, depthwise s2, project");
-  const RegionSteps steps = region_steps(b.graph());
+  const ProgramSteps steps = region_steps(b.graph());
   EXPECT_EQ(steps.count(dnnl::primitive::kind::reorder), 2)
       << ::testing::PrintToString(steps.implementations);
 }
@@ -568,7 +583,7 @@ TEST(OnednnConvTranspose, BiasAndTailRunAfterTheDeconvolution) {
   y = b.add1("ConvTranspose", {y, b.random_constant("w2", {16, 3, 4, 4}, 0.2f)}, up);
   b.output(b.add1("Tanh", {y}));
   expect_like_reference(onednn_graph(), b.graph(), "", "two DCGAN layers");
-  const RegionSteps steps = region_steps(b.graph());
+  const ProgramSteps steps = region_steps(b.graph());
   EXPECT_EQ(steps.count(dnnl::primitive::kind::deconvolution), 2);
   EXPECT_EQ(steps.count(dnnl::primitive::kind::binary), 2)
       << ::testing::PrintToString(steps.implementations);
@@ -587,7 +602,7 @@ TEST(OnednnConvLayouts, RegionKeepsTheLayoutWhereTheKernelIsTheSame) {
                              {{"group", attr_i(10)}, {"pads", attr_ints({1, 1, 1, 1})}})});
   b.output(b.add1("Conv", {y, b.random_constant("w2", {160, 160, 1, 1}, 0.2f)}));
   expect_like_reference(onednn_graph(), b.graph(), "", "1x1, grouped 3x3, 1x1");
-  const RegionSteps steps = region_steps(b.graph());
+  const ProgramSteps steps = region_steps(b.graph());
   EXPECT_EQ(steps.count(dnnl::primitive::kind::reorder), 2)
       << ::testing::PrintToString(steps.implementations);
 }
@@ -633,29 +648,16 @@ TEST(OnednnConvDepthwise, ProposesOnlyTheLegalChains) {
 
 // ------------------------------------------------------- collage's F(4x4, 3x3) in a program
 
-// The implementations of `g` compiled whole on `backend` as `variant`.
-std::vector<std::string> implementations_of(Backend& backend, const Graph& g,
-                                            const std::string& variant) {
-  CompileOptions options = testing::test_options();
-  options.variant = variant;
-  std::unique_ptr<Kernel> kernel = backend.compile(g, options);
-  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(kernel.get());
-  if (!program) {
-    ADD_FAILURE() << "an onednn kernel is a program";
-    return {};
-  }
-  return program->program().implementations();
-}
-
-bool runs_f43(const std::vector<std::string>& implementations) {
-  return std::count(implementations.begin(), implementations.end(), onednn::kWinogradF43Step) != 0;
+bool runs_f43(Backend& backend, const Graph& g, const std::string& variant) {
+  return compiled_steps(backend, g, variant).count(onednn::kWinogradF43Step) != 0;
 }
 
 TEST(OnednnVariants, WinogradF43RandomizedLikeReference) {
   // Channel counts off the 16-lane blocks, spatial sizes off the 4x4 tiles, asymmetric pads
-  // 0-1 (what the variant is offered for), batch 1-2, each activation the output transform applies: the "winograd" variant
-  // must run collage's F(4x4, 3x3) step (not oneDNN's kernel, not direct) and match the
-  // reference. A wrong transform matrix, tile offset, pad or channel tail fails here.
+  // 0-1 (what the variant is offered for), batch 1-2, each activation the output transform
+  // applies: the "winograd" variant must run collage's F(4x4, 3x3) step (not oneDNN's kernel,
+  // not direct) and match the reference. A wrong transform matrix, tile offset, pad or channel
+  // tail fails here.
   std::mt19937 rng(29);
   for (int trial = 0; trial < 14; ++trial) {
     const int64_t n = pick(rng, 1, 2), c = pick(rng, 1, 70), m = pick(rng, 1, 70),
@@ -687,7 +689,7 @@ TEST(OnednnVariants, WinogradF43RandomizedLikeReference) {
     const std::string what =
         fmt::format("trial {}: n{} c{} m{} {}x{} pads {},{},{},{} tail {}", trial, n, c, m, h, w,
                     pads[0], pads[1], pads[2], pads[3], tail);
-    EXPECT_TRUE(runs_f43(implementations_of(onednn(), b.graph(), "winograd"))) << what;
+    EXPECT_TRUE(runs_f43(onednn(), b.graph(), "winograd")) << what;
     expect_like_reference(onednn(), b.graph(), "winograd", what);
     EXPECT_LT(scaled_error(run_variant(onednn(), b.graph(), "winograd")), 1e-4) << what;
   }
@@ -698,13 +700,13 @@ TEST(OnednnVariants, WinogradF43OnlyWhereItsOutputTransformTakesTheTail) {
   GraphBuilder b;
   ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
   b.output(b.add1("Add", {conv(b, x, 16, 16, 3), b.input("r", DType::kFloat32, {1, 16, 8, 8})}));
-  EXPECT_FALSE(runs_f43(implementations_of(onednn(), b.graph(), "winograd")));
+  EXPECT_FALSE(runs_f43(onednn(), b.graph(), "winograd"));
   expect_like_reference(onednn(), b.graph(), "winograd", "3x3 + residual Add");
   GraphBuilder relu;
   ValueId rx = relu.input("x", DType::kFloat32, {1, 16, 8, 8});
   relu.output(relu.add1("Relu", {conv(relu, rx, 16, 16, 3)}));
-  EXPECT_TRUE(runs_f43(implementations_of(onednn(), relu.graph(), "winograd")));
-  EXPECT_FALSE(runs_f43(implementations_of(onednn(), relu.graph(), "")));
+  EXPECT_TRUE(runs_f43(onednn(), relu.graph(), "winograd"));
+  EXPECT_FALSE(runs_f43(onednn(), relu.graph(), ""));
 }
 
 TEST(OnednnVariants, WinogradF43BranchesConcurrentAndInPlaceLikeReference) {
@@ -712,9 +714,7 @@ TEST(OnednnVariants, WinogradF43BranchesConcurrentAndInPlaceLikeReference) {
   // channel slice of the wider buffer through its strides), with every independent step run
   // concurrently (COLLAGE_ONEDNN_LANES=always: a step that ignored it was inside a lane would
   // fight its partner for the team, a wrong slice offset would overwrite the other branch).
-  const char* saved = std::getenv("COLLAGE_ONEDNN_LANES");
-  const std::string restore = saved ? saved : "";
-  setenv("COLLAGE_ONEDNN_LANES", "always", 1);
+  testing::WithLanes lanes("always");
   std::mt19937 rng(41);
   for (int trial = 0; trial < 4; ++trial) {
     const int64_t c = 16 * pick(rng, 1, 3), s = pick(rng, 6, 20), k1 = 16 * pick(rng, 1, 3),
@@ -727,14 +727,11 @@ TEST(OnednnVariants, WinogradF43BranchesConcurrentAndInPlaceLikeReference) {
     ValueId cat = b.add1("Concat", {left, right}, {{"axis", attr_i(1)}});
     b.output(b.add1("Relu", {conv(b, cat, k1 + k2, 24, 1)}));
     const std::string what = fmt::format("{} channels {}x{}, branches {}/{}", c, s, s, k1, k2);
-    const std::vector<std::string> impl = implementations_of(onednn_graph(), b.graph(), "winograd");
-    EXPECT_EQ(std::count(impl.begin(), impl.end(), onednn::kWinogradF43Step), 2) << what;
+    const ProgramSteps steps = compiled_steps(onednn_graph(), b.graph(), "winograd");
+    EXPECT_EQ(steps.count(onednn::kWinogradF43Step), 2) << what;
+    EXPECT_GT(steps.concurrent_stages, 0) << what << ": the branches never ran side by side";
     expect_like_reference(onednn_graph(), b.graph(), "winograd", what);
   }
-  if (saved)
-    setenv("COLLAGE_ONEDNN_LANES", restore.c_str(), 1);
-  else
-    unsetenv("COLLAGE_ONEDNN_LANES");
 }
 
 }  // namespace

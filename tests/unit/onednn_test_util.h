@@ -1,10 +1,12 @@
 // Checks shared by the oneDNN backends' tests: a kernel they compile runs oneDNN's optimized
 // primitives, never its reference loops (which compute the same numbers, so a comparison
-// with the reference backend alone would not notice a slow path).
+// with the reference backend alone would not notice a slow path); and the lanes setting of
+// one test.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "backends/onednn/dnnl_common.h"
 #include "backends/onednn/region_kernel.h"
 #include "collage/backend.h"
+#include "runtime/threads.h"
 
 namespace collage::testing {
 
@@ -37,5 +40,28 @@ inline void expect_fast_and_like_reference(Backend& backend, const Graph& g,
   std::unique_ptr<Kernel> kernel = backend.compile(g, test_options());
   expect_no_reference_primitive(*kernel, what);
 }
+
+// The thread count and COLLAGE_ONEDNN_LANES for one test, restored after it.
+class WithLanes {
+ public:
+  // nullptr: unset (the default, kMeasured).
+  explicit WithLanes(const char* mode) {
+    use_threads_on_this_thread(2);
+    if (const char* v = std::getenv("COLLAGE_ONEDNN_LANES")) saved_ = v;
+    if (mode)
+      setenv("COLLAGE_ONEDNN_LANES", mode, 1);
+    else
+      unsetenv("COLLAGE_ONEDNN_LANES");
+  }
+  ~WithLanes() {
+    if (saved_.empty())
+      unsetenv("COLLAGE_ONEDNN_LANES");
+    else
+      setenv("COLLAGE_ONEDNN_LANES", saved_.c_str(), 1);
+  }
+
+ private:
+  std::string saved_;
+};
 
 }  // namespace collage::testing
