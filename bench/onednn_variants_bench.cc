@@ -6,6 +6,9 @@
 //   fused/<shape>, separate/<shape>: a MobileNetV2 expansion (1x1 + ReLU6) and depthwise
 //     3x3 (+ ReLU6) as ONE onednn kernel (append_dw) and as two onednn kernels;
 //     region/<shape>: the same two convs as one onednn-graph region (no plain round trip).
+//   se/<shape>, se_split/<shape>: an EfficientNet-B0 squeeze-excitation block (spatial mean,
+//     1x1 + SiLU, 1x1 + Sigmoid, Mul) as collage's one step (onednn's squeeze_excitation
+//     fusion) and as four onednn kernels; channels-last input (as in a region) for both.
 //
 // Threads: ONEDNN_BENCH_THREADS (default 1, steadier on a shared machine; 0 = all cores).
 // With one thread the table reports CPU time (time preempted by other work does not count; shared
@@ -55,6 +58,32 @@ const Expansion kExpansions[] = {
     {"mbv2_64to384_14_s1", 64, 384, 14, 1}, {"mbv2_96to576_14_s1", 96, 576, 14, 1},
     {"mbv2_160to960_7_s1", 160, 960, 7, 1}, {"large_16to192_112_s1", 16, 192, 112, 1},
 };
+
+struct SqueezeExcitation {
+  const char* name;
+  int64_t c, hw, reduced;
+};
+// EfficientNet-B0's blocks (224x224).
+const SqueezeExcitation kBlocks[] = {
+    {"effb0_32_112", 32, 112, 8},  {"effb0_96_56", 96, 56, 4},    {"effb0_144_56", 144, 56, 6},
+    {"effb0_240_28", 240, 28, 10}, {"effb0_480_14", 480, 14, 20}, {"effb0_672_14", 672, 14, 28},
+    {"effb0_1152_7", 1152, 7, 48},
+};
+
+// Nodes: 0 mean, 1 conv, 2 Sigmoid, 3 Mul (SiLU), 4 conv, 5 Sigmoid, 6 Mul.
+Graph squeeze_excitation(const SqueezeExcitation& e) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, e.c, e.hw, e.hw});
+  ValueId s = b.add1("GlobalAveragePool", {x});
+  ValueId h = b.add1("Conv", {s, b.random_constant("w1", {e.reduced, e.c, 1, 1}, 0.2f),
+                              b.random_constant("b1", {e.reduced})});
+  h = b.add1("Mul", {h, b.add1("Sigmoid", {h})});
+  ValueId g =
+      b.add1("Sigmoid", {b.add1("Conv", {h, b.random_constant("w2", {e.c, e.reduced, 1, 1}, 0.2f),
+                                         b.random_constant("b2", {e.c})})});
+  b.output(b.add1("Mul", {g, x}));
+  return b.graph();
+}
 
 Graph conv3x3(const Conv3x3& c) {
   GraphBuilder b;
@@ -172,6 +201,14 @@ void BM_Expansion(benchmark::State& state, Expansion e, int how) {
   if (ok) run_parts(state, k, flops);
 }
 
+void BM_SqueezeExcitation(benchmark::State& state, SqueezeExcitation e, bool fused) {
+  const Graph g = squeeze_excitation(e);
+  Compiled k;
+  const bool ok = fused ? compile_parts(state, g, "onednn", "", {{0, 1, 2, 3, 4, 5, 6}}, k)
+                        : compile_parts(state, g, "onednn", "", {{0}, {1, 2, 3}, {4, 5}, {6}}, k);
+  if (ok) run_parts(state, k, 3.0 * e.c * e.hw * e.hw);
+}
+
 class TableReporter : public bench::TimeKeepingReporter {
  public:
   // One thread: CPU time (robust to other load on the machine); more: wall time.
@@ -197,6 +234,14 @@ class TableReporter : public bench::TimeKeepingReporter {
       std::printf("%-26s %10.1f %10.1f %10.1f %8.2f\n", e.name, s * 1e6, f * 1e6, r * 1e6,
                   s > 0 && f > 0 ? s / f : 0.0);
     }
+    std::printf("\n%-26s %10s %10s %8s\n", "squeeze-excitation (us)", "split", "one step",
+                "speedup");
+    for (const SqueezeExcitation& e : kBlocks) {
+      const double s = seconds(std::string("se_split/") + e.name),
+                   f = seconds(std::string("se/") + e.name);
+      std::printf("%-26s %10.1f %10.1f %8.2f\n", e.name, s * 1e6, f * 1e6,
+                  s > 0 && f > 0 ? s / f : 0.0);
+    }
   }
 };
 
@@ -217,6 +262,12 @@ int main(int argc, char** argv) {
       collage::bench::with_min_statistic(
           benchmark::RegisterBenchmark((std::string(kHow[how]) + "/" + e.name).c_str(),
                                        collage::BM_Expansion, e, how)
+              ->Unit(benchmark::kMicrosecond));
+  for (const auto& e : collage::kBlocks)
+    for (bool fused : {false, true})
+      collage::bench::with_min_statistic(
+          benchmark::RegisterBenchmark((std::string(fused ? "se/" : "se_split/") + e.name).c_str(),
+                                       collage::BM_SqueezeExcitation, e, fused)
               ->Unit(benchmark::kMicrosecond));
   collage::TableReporter reporter;
   return collage::bench::run_benchmarks(&argc, argv, reporter);

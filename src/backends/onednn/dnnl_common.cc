@@ -32,8 +32,9 @@ std::string backend_version() {
   // 16: a conv reads its input in the layout it has where oneDNN runs the same kernel there.
   // 17: Slices with steps and Gathers of one constant index are cuts (layout_kernel.cc); a
   // failure cached for them before is tried again. 18: the "winograd" variant of a conv with an
-  // eltwise tail is collage's channels-last F(4x4, 3x3) (winograd_f43.h).
-  constexpr int kKernelRevision = 18;
+  // eltwise tail is collage's channels-last F(4x4, 3x3) (winograd_f43.h). 19: a squeeze-excitation
+  // block is one step (squeeze_excite.h).
+  constexpr int kKernelRevision = 19;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
@@ -347,6 +348,13 @@ void Program::run(std::span<const Tensor> inputs, std::span<const Tensor> output
     }
   }
   dnnl_stream_wait(stream_.get());
+}
+
+float* custom_step_data(const dnnl_exec_arg_t* args, int count, int arg) {
+  void* p = nullptr;
+  for (int i = 0; i < count && !p; ++i)
+    if (args[i].arg == arg) dnnl_memory_get_data_handle(args[i].memory, &p);
+  return static_cast<float*>(p);
 }
 
 bool is_graph_output(const Graph& g, ValueId v) {

@@ -252,6 +252,10 @@ class ProgramKernel : public Kernel {
   Program program_;
 };
 
+// The float data of argument `arg` of a custom step's `args` (as Program::add_custom bound
+// them), or nullptr when the step has no such argument.
+float* custom_step_data(const dnnl_exec_arg_t* args, int count, int arg);
+
 // Whether `v` is one of `g`'s outputs.
 bool is_graph_output(const Graph& g, ValueId v);
 // Index of `value` in subgraph.inputs, or -1.

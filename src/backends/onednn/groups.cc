@@ -4,6 +4,7 @@
 
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/kernels.h"
+#include "backends/onednn/squeeze_excite.h"
 
 namespace collage::onednn {
 namespace {
@@ -174,6 +175,7 @@ void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algo
     values.reshape(first.outputs[0], first.input(0), sub.value(first.outputs[0]).shape);
     return;
   }
+  if (squeeze_excite_group(sub)) return emit_squeeze_excite(sub, values);
   // A ReduceMean heading more nodes is a LayerNorm decomposition, not a global pooling.
   if (t == "ReduceMean" && sub.num_nodes() > 1) return emit_norm(sub, values);
   if ((t == "Reshape" && sub.num_nodes() == 3) || layout_head(sub, first))

@@ -127,6 +127,9 @@ dnnl::memory::desc layout_like(const dnnl::memory::desc& like, const Shape& shap
 // layouts (layout_kernel.cc).
 std::vector<dnnl::memory::desc> concat_layouts(const std::vector<dnnl::memory::desc>& mds,
                                                const Shape& shape, int64_t axis);
+// Whether ReduceMean/ReduceMax node `n` reduces exactly the spatial axes (2..) of a rank 3-5
+// input: a global pooling.
+bool spatial_reduce(const Graph& g, const Node& n);
 // `shape` channels-last (rank 3-5), else nullopt.
 std::optional<dnnl::memory::desc> channels_last_md(const Shape& shape);
 // `region` with each zero Pad of spatial dims whose readers are all convolutions or average

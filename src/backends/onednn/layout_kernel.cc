@@ -167,8 +167,8 @@ std::optional<PadSpec> pad_spec(const Graph& g, const Node& n) {
   return s;
 }
 
-// The axes a ReduceMean/ReduceMax reduces, when they are exactly the spatial ones (2..) of a
-// rank 3-5 input: a global pooling.
+}  // namespace
+
 bool spatial_reduce(const Graph& g, const Node& n) {
   const size_t rank = g.value(n.input(0)).shape.size();
   if (rank < 3 || rank > 5) return false;
@@ -186,6 +186,8 @@ bool spatial_reduce(const Graph& g, const Node& n) {
   std::iota(spatial.begin(), spatial.end(), 2);
   return axes == spatial;
 }
+
+namespace {
 
 // ShuffleNet's channel shuffle: x [N, C, S...] -> Reshape [N, g, C/g, S...] ->
 // Transpose(0, 2, 1, 3...) -> Reshape back to x's shape. The group size oneDNN's shuffle

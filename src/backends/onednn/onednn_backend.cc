@@ -8,6 +8,7 @@
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/region_kernel.h"
+#include "backends/onednn/squeeze_excite.h"
 #include "collage/backend.h"
 
 namespace collage::onednn {
@@ -162,7 +163,14 @@ class OnednnBackend : public Backend {
         "heads' Reshape/Transpose/Split/Slice views, the merge of heads, and the q/k/v "
         "projections (one GEMM, weights concatenated)";
     attention.generate = attention_matches;
-    return {rule, dw, attention};
+    FusionRule se;
+    se.name = "squeeze_excitation";
+    se.description =
+        "spatial mean, 1x1 Conv, eltwise ops, 1x1 Conv, eltwise gate, Mul with the input "
+        "(a squeeze-excitation block): one step of collage's code around the two small "
+        "matrix-vector products";
+    se.generate = grow_squeeze_excite;
+    return {rule, dw, attention, se};
   }
 
   // A Conv group Winograd can run is offered as "winograd" too (collage's F(4x4, 3x3) measured
@@ -188,6 +196,11 @@ class OnednnBackend : public Backend {
         return compile_group(
             subgraph, [](const Graph& sub, ValueMemories& values) { emit_group(sub, values); });
       if (is_attention(subgraph)) return compile_attention(subgraph, options.threads);
+      if (squeeze_excite_group(subgraph)) {
+        if (!options.variant.empty())
+          fail(ErrorKind::kUnsupported, "onednn: no variant of a squeeze-excitation block");
+        return compile_squeeze_excite(subgraph);
+      }
       if (leads_matmul(subgraph)) return compile_matmul(subgraph);
       if ((subgraph.num_nodes() == 1 && layout_head(subgraph, first)) ||
           (t == "Reshape" && subgraph.num_nodes() == 3))

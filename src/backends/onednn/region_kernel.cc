@@ -16,6 +16,7 @@
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/lane_memo.h"
+#include "backends/onednn/squeeze_excite.h"
 
 namespace collage::onednn {
 namespace {
@@ -113,6 +114,15 @@ class RegionCompiler {
         for (NodeId n : *rest) covered_[n] = true;
         group.steps.push_back(*rest);
       }
+      return group;
+    }
+    // A squeeze-excitation block its mean heads is one group (one step, squeeze_excite.h).
+    if (std::optional<SqueezeExcite> se = match_squeeze_excite(region_, consumers_, head);
+        se && std::none_of(se->nodes.begin() + 1, se->nodes.end(),
+                           [&](NodeId n) { return covered_[n]; })) {
+      const std::vector<NodeId> rest(se->nodes.begin() + 1, se->nodes.end());
+      for (NodeId n : rest) covered_[n] = true;
+      group.steps.push_back(rest);
       return group;
     }
     if (node.op_type == "ReduceMean") {

@@ -69,14 +69,6 @@ std::optional<Activation> activation(const PostOp& op) {
   return std::nullopt;
 }
 
-// The data of the step's argument `arg` (bound by emit_winograd_f43, so always there).
-float* data_of(const dnnl_exec_arg_t* args, int count, int arg) {
-  void* p = nullptr;
-  for (int i = 0; i < count && !p; ++i)
-    if (args[i].arg == arg) dnnl_memory_get_data_handle(args[i].memory, &p);
-  return static_cast<float*>(p);
-}
-
 // dst[0..16) = src[0..count), zeros after.
 inline void load_block(float* dst, const float* src, int64_t count) {
   if (count == kLanes) {
@@ -457,8 +449,8 @@ void emit_winograd_f43(const Graph& g, const Node& conv, const std::vector<float
                                             std::move(acts), *src_at, *dst_at);
   program.add_custom(kWinogradF43Step,
                      [step](const dnnl_exec_arg_t* args, int count) {
-                       return step->run(data_of(args, count, DNNL_ARG_SRC),
-                                        data_of(args, count, DNNL_ARG_DST));
+                       return step->run(custom_step_data(args, count, DNNL_ARG_SRC),
+                                        custom_step_data(args, count, DNNL_ARG_DST));
                      },
                      {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
   values.produced(out, dst);
