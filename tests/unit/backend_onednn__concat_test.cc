@@ -1,6 +1,7 @@
-// Concatenations done in place in onednn-graph regions (concat_in_place.h): which ones the
-// plan takes, and that densely connected blocks computed that way match the reference with
-// no concat primitive and no copy per concatenated input.
+// Concatenations in onednn-graph regions that move no data: done in place
+// (concat_in_place.h: which ones the plan takes, and that densely connected blocks computed
+// that way match the reference with no concat primitive and no copy per concatenated input),
+// or never made, split into the convolutions reading them (concat_into_convs.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 
 #include "backend_test_util.h"
 #include "backends/onednn/concat_in_place.h"
+#include "backends/onednn/concat_into_convs.h"
 #include "backends/onednn/dnnl_common.h"
 #include "backends/onednn/region_kernel.h"
 #include "collage/backend.h"
@@ -20,6 +22,7 @@
 namespace collage {
 namespace {
 
+using testing::attr_f;
 using testing::attr_i;
 using testing::attr_ints;
 using testing::batch_norm;
@@ -120,6 +123,86 @@ TEST(OnednnConcatInPlace, DenseBlocksMatchReferenceWithoutCopies) {
     // At most the two block inputs into their slices, the region input and output.
     EXPECT_LE(std::count(kinds.begin(), kinds.end(), dnnl::primitive::kind::reorder), 4)
         << layers << " layers";
+  }
+}
+
+std::ptrdiff_t count_op(const Graph& g, const std::string& op) {
+  return std::count_if(g.nodes().begin(), g.nodes().end(),
+                       [&](const Node& n) { return n.op_type == op; });
+}
+
+std::ptrdiff_t count_kind(const Kernel& kernel, dnnl::primitive::kind kind) {
+  const auto& program = dynamic_cast<const onednn::ProgramKernel&>(kernel).program();
+  const std::vector<dnnl::primitive::kind> kinds = program.step_kinds();
+  return std::count(kinds.begin(), kinds.end(), kind);
+}
+
+TEST(OnednnConcatIntoConvs, ConcatenationsReadByConvsAloneAreNeverMade) {
+  // SqueezeNet's fire modules and more: two branches (1x1 and 3x3 convs, Relu) concatenated,
+  // read by a 1x1 and a padded 3x3 conv (with their own tails), or pooled first (max and
+  // average, strided, ceil mode) and then read by a conv. Randomized channels (whole 16-channel
+  // blocks), sizes and batch: the region makes no concat and adds the parts' convs as sum
+  // post-ops (no binary primitive), and matches the reference.
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 6; ++trial) {
+    const int64_t n = pick(rng, 1, 2), s = pick(rng, 5, 17), parts = 2;
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {n, 16, s, s});
+    ValueId squeeze = b.add1("Relu", {conv(b, x, 16, 16, 1)});
+    std::vector<ValueId> branches;
+    int64_t channels = 0;
+    for (int64_t p = 0; p < parts; ++p) {
+      const int64_t c = 16 * pick(rng, 1, 4);
+      branches.push_back(b.add1("Relu", {conv(b, squeeze, 16, c, p % 2 == 0 ? 1 : 3)}));
+      channels += c;
+    }
+    ValueId cat = b.add1("Concat", branches, {{"axis", attr_i(1)}});
+    const bool pooled = trial % 2 == 1;
+    if (pooled) {
+      const char* pool = trial % 4 == 1 ? "MaxPool" : "AveragePool";
+      cat = b.add1(pool, {cat},
+                   {{"kernel_shape", attr_ints({3, 3})},
+                    {"strides", attr_ints({2, 2})},
+                    {"ceil_mode", attr_i(1)}});
+      b.output(b.add1("Relu", {conv(b, cat, channels, 24, 1)}));
+    } else {
+      std::vector<ValueId> in = {cat, b.random_constant("w", {24, channels, 1, 1}, 0.2f),
+                                 b.random_constant("b", {24})};
+      b.output(b.add1("Relu", {b.add1("Conv", in)}));
+      b.output(conv(b, cat, channels, 8, 3));
+    }
+    const std::string what = fmt::format("trial {}: batch {} {}x{}, {} parts, {} channels{}", trial,
+                                         n, s, s, parts, channels, pooled ? ", pooled" : "");
+    SCOPED_TRACE(what);
+    const Graph split = onednn::split_concats_into_convs(b.graph());
+    EXPECT_EQ(count_op(split, "Concat"), 0);
+    std::unique_ptr<Kernel> kernel = onednn::compile_region(b.graph());
+    EXPECT_EQ(count_kind(*kernel, dnnl::primitive::kind::concat), 0);
+    EXPECT_EQ(count_kind(*kernel, dnnl::primitive::kind::binary), 0);
+    testing::expect_no_reference_primitive(*kernel, what);
+    testing::expect_like_reference(BackendRegistry::global().get("onednn-graph"), b.graph(), what);
+  }
+}
+
+TEST(OnednnConcatIntoConvs, OtherConcatenationsStay) {
+  // Read by a conv and by something else (a Relu; GoogLeNet's pool beside its convs), a part
+  // off the 16-channel blocks, a region output, or three parts: the concatenation is made,
+  // as before.
+  for (int form = 0; form < 4; ++form) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 16, 6, 6});
+    ValueId a = conv(b, x, 16, 32, 1), c = conv(b, x, 16, form == 1 ? 24 : 32, 3);
+    std::vector<ValueId> parts = {a, c};
+    if (form == 3) parts.push_back(conv(b, x, 16, 16, 1));
+    ValueId cat = b.add1("Concat", parts, {{"axis", attr_i(1)}});
+    const int64_t channels = form == 1 ? 56 : form == 3 ? 80 : 64;
+    b.output(conv(b, cat, channels, 16, 1));
+    if (form == 0) b.output(b.add1("Relu", {cat}));
+    if (form == 2) b.output(cat);
+    SCOPED_TRACE(form);
+    EXPECT_EQ(count_op(onednn::split_concats_into_convs(b.graph()), "Concat"), 1);
+    testing::expect_like_reference(BackendRegistry::global().get("onednn-graph"), b.graph(),
+                                   "concat kept");
   }
 }
 

@@ -648,6 +648,29 @@ TEST(OnednnGraphBackend, GroupedConvSqueezeExcitationInRegion) {
   }
 }
 
+TEST(OnednnGraphBackend, ConvWithTwoResidualsOfConvsInRegion) {
+  // y = conv(a1) + conv(a2) + conv(a3), each a_i a conv's channels-last output, each Add's
+  // operands in either order: the first Add is the conv's sum post-op; a second full-shape
+  // operand as a binary post-op after it was read by oneDNN 2.6 in the wrong layout (wrong
+  // results, found splitting concatenations into convs), so it runs apart. With the
+  // region's inputs read directly by the convs the same chain was right: both forms here.
+  for (int form = 0; form < 8; ++form) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 16, 6, 6});
+    std::vector<ValueId> a = {x, x, x};
+    if (form & 1)
+      for (ValueId& v : a) v = b.add1("Conv", {x, b.random_constant("v", {16, 16, 1, 1}, 0.2f)});
+    std::vector<ValueId> c;
+    for (ValueId v : a)
+      c.push_back(b.add1("Conv", {v, b.random_constant("w", {32, 16, 1, 1}, 0.2f)}));
+    ValueId s1 = form & 2 ? b.add1("Add", {c[1], c[0]}) : b.add1("Add", {c[0], c[1]});
+    ValueId s2 = form & 4 ? b.add1("Add", {c[2], s1}) : b.add1("Add", {s1, c[2]});
+    b.output(b.add1("Relu", {s2}));
+    SCOPED_TRACE(form);
+    testing::expect_like_reference(onednn_graph(), b.graph(), "conv + two residual Adds");
+  }
+}
+
 // Each glue op alone on the op-level onednn backend: a plan never needs reference for it.
 TEST(OnednnGraphBackend, GlueOpsAloneOnOnednn) {
   Backend& onednn = BackendRegistry::global().get("onednn");

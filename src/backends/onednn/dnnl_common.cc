@@ -33,8 +33,9 @@ std::string backend_version() {
   // 17: Slices with steps and Gathers of one constant index are cuts (layout_kernel.cc); a
   // failure cached for them before is tried again. 18: the "winograd" variant of a conv with an
   // eltwise tail is collage's channels-last F(4x4, 3x3) (winograd_f43.h). 19: a squeeze-excitation
-  // block is one step (squeeze_excite.h).
-  constexpr int kKernelRevision = 19;
+  // block is one step (squeeze_excite.h). 20: concatenations of two parts read by convs alone are
+  // split into them (concat_into_convs.h); no full-shape binary post-op after a sum.
+  constexpr int kKernelRevision = 20;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

@@ -521,6 +521,13 @@ BoundPostOps bind_post_ops(const std::vector<PostOp>& unfolded, const Shape& dst
       ++index;
       continue;
     }
+    // A second full-shape tensor after the sum: oneDNN 2.6's brgconv read it in another
+    // layout than the one it has (wrong results, found splitting a concatenation into three
+    // convs summed: conv + sum + Add of a channels-last operand). It runs as a binary
+    // primitive of its own instead (the group is retried with a shorter tail).
+    if (runtime && bound.residual && op.operand_shape == dst_shape)
+      fail(ErrorKind::kUnsupported,
+           "onednn: a second full-shape operand after a sum post-op is read in the wrong layout");
     const dnnl::memory::desc plain = plain_md(mapped(op.operand_shape));
     const bool in_dst_layout =
         dst_layout && op.operand_shape == dst_shape && dst_layout->dims() == plain.dims();

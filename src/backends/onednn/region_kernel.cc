@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "backends/onednn/concat_in_place.h"
+#include "backends/onednn/concat_into_convs.h"
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
@@ -60,11 +61,11 @@ struct Group {
 
 class RegionCompiler {
  public:
-  // Repeated computations are merged and zero Pads before convolutions and pools folded
-  // into their padding first; `winograd` (by the caller's node index) follows its convs by
-  // name.
+  // Repeated computations are merged, zero Pads before convolutions and pools folded into
+  // their padding, and concatenations read by convolutions alone split into them first; `winograd`
+  // (by the caller's node index) follows its convs by name.
   RegionCompiler(const Graph& region, const std::vector<bool>& winograd)
-      : region_(fold_pads(merge_duplicates(region))),
+      : region_(split_concats_into_convs(fold_pads(merge_duplicates(region)))),
         winograd_(by_name(region, winograd, region_)),
         consumers_(region_.consumers()),
         covered_(region_.num_nodes(), false),
