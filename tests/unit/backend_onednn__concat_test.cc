@@ -131,12 +131,6 @@ std::ptrdiff_t count_op(const Graph& g, const std::string& op) {
                        [&](const Node& n) { return n.op_type == op; });
 }
 
-std::ptrdiff_t count_kind(const Kernel& kernel, dnnl::primitive::kind kind) {
-  const auto& program = dynamic_cast<const onednn::ProgramKernel&>(kernel).program();
-  const std::vector<dnnl::primitive::kind> kinds = program.step_kinds();
-  return std::count(kinds.begin(), kinds.end(), kind);
-}
-
 TEST(OnednnConcatIntoConvs, ConcatenationsReadByConvsAloneAreNeverMade) {
   // SqueezeNet's fire modules and more: two branches (1x1 and 3x3 convs, Relu) concatenated,
   // read by a 1x1 and a padded 3x3 conv (with their own tails), or pooled first (max and
@@ -177,8 +171,8 @@ TEST(OnednnConcatIntoConvs, ConcatenationsReadByConvsAloneAreNeverMade) {
     const Graph split = onednn::split_concats_into_convs(b.graph());
     EXPECT_EQ(count_op(split, "Concat"), 0);
     std::unique_ptr<Kernel> kernel = onednn::compile_region(b.graph());
-    EXPECT_EQ(count_kind(*kernel, dnnl::primitive::kind::concat), 0);
-    EXPECT_EQ(count_kind(*kernel, dnnl::primitive::kind::binary), 0);
+    EXPECT_EQ(testing::steps_of(*kernel).count(dnnl::primitive::kind::concat), 0);
+    EXPECT_EQ(testing::steps_of(*kernel).count(dnnl::primitive::kind::binary), 0);
     testing::expect_no_reference_primitive(*kernel, what);
     testing::expect_like_reference(BackendRegistry::global().get("onednn-graph"), b.graph(), what);
   }

@@ -24,6 +24,8 @@ using testing::attr_i;
 using testing::attr_ints;
 using testing::GraphBuilder;
 using testing::pick;
+using testing::ProgramSteps;
+using testing::steps_of;
 
 Backend& onednn() {
   return BackendRegistry::global().get("onednn");
@@ -82,26 +84,6 @@ ValueId squeeze_excite(GraphBuilder& b, ValueId x, const Block& blk) {
   return blk.x_first ? b.add1("Mul", {x, g}) : b.add1("Mul", {g, x});
 }
 
-// The steps of the program `kernel` is: their implementations and primitive kinds.
-struct Steps {
-  std::vector<std::string> implementations;
-  std::vector<dnnl::primitive::kind> kinds;
-  std::ptrdiff_t named(const std::string& name) const {
-    return std::count(implementations.begin(), implementations.end(), name);
-  }
-  std::ptrdiff_t of_kind(dnnl::primitive::kind kind) const {
-    return std::count(kinds.begin(), kinds.end(), kind);
-  }
-};
-Steps steps_of(const Kernel& kernel) {
-  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(&kernel);
-  if (!program) {
-    ADD_FAILURE() << "an onednn kernel is a program";
-    return {};
-  }
-  return {program->program().implementations(), program->program().step_kinds()};
-}
-
 TEST(OnednnSqueezeExcite, RandomizedBlocksLikeReference) {
   // Channel counts off the 16-channel shares (and fewer than one share per thread), 1-3
   // spatial dims, batch 1-3, each activation and gate, either Mul order, with and without
@@ -132,7 +114,7 @@ TEST(OnednnSqueezeExcite, RandomizedBlocksLikeReference) {
     ASSERT_EQ(proposed.size(), 1u) << what;
     EXPECT_EQ(proposed[0].nodes.size(), b.graph().num_nodes()) << what;
     std::unique_ptr<Kernel> kernel = onednn().compile(b.graph(), testing::test_options());
-    EXPECT_EQ(steps_of(*kernel).named(onednn::kSqueezeExciteStep), 1) << what;
+    EXPECT_EQ(steps_of(*kernel).count(std::string(onednn::kSqueezeExciteStep)), 1) << what;
     testing::expect_like_reference(onednn(), b.graph(), what);
   }
 }
@@ -161,10 +143,10 @@ TEST(OnednnSqueezeExcite, InsideRegionsBetweenConvsLikeReference) {
       const std::string what = fmt::format("batch {} threads {}", batch, threads);
       use_threads_on_this_thread(threads);
       std::unique_ptr<Kernel> kernel = onednn::compile_region(b.graph());
-      const Steps steps = steps_of(*kernel);
-      EXPECT_EQ(steps.named(onednn::kSqueezeExciteStep), 2) << what;
-      EXPECT_EQ(steps.of_kind(dnnl::primitive::kind::pooling_v2), 0) << what;
-      EXPECT_EQ(steps.of_kind(dnnl::primitive::kind::binary), 0) << what;
+      const ProgramSteps steps = steps_of(*kernel);
+      EXPECT_EQ(steps.count(std::string(onednn::kSqueezeExciteStep)), 2) << what;
+      EXPECT_EQ(steps.count(dnnl::primitive::kind::pooling_v2), 0) << what;
+      EXPECT_EQ(steps.count(dnnl::primitive::kind::binary), 0) << what;
       testing::expect_like_reference(onednn_graph(), b.graph(), what);
     }
   }
@@ -189,10 +171,9 @@ TEST(OnednnSqueezeExcite, ConcurrentBranchesLikeReference) {
   }
   b.output(b.add1("Add", {branch[0], branch[1]}));
   std::unique_ptr<Kernel> kernel = onednn::compile_region(b.graph());
-  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(kernel.get());
-  ASSERT_NE(program, nullptr);
-  EXPECT_GT(program->program().concurrent_stages(), 0);
-  EXPECT_EQ(steps_of(*kernel).named(onednn::kSqueezeExciteStep), 2);
+  const ProgramSteps steps = steps_of(*kernel);
+  EXPECT_GT(steps.concurrent_stages, 0);
+  EXPECT_EQ(steps.count(std::string(onednn::kSqueezeExciteStep)), 2);
   testing::expect_like_reference(onednn_graph(), b.graph(), "two concurrent blocks");
 }
 

@@ -34,6 +34,8 @@ using testing::attr_i;
 using testing::attr_ints;
 using testing::GraphBuilder;
 using testing::pick;
+using testing::ProgramSteps;
+using testing::steps_of;
 
 Backend& onednn() {
   return BackendRegistry::global().get("onednn");
@@ -46,28 +48,6 @@ struct Outputs {
   std::vector<Tensor> got, want;
 };
 
-// The steps of a compiled oneDNN program: their kinds and implementations, and how many
-// concurrent stages it runs.
-struct ProgramSteps {
-  std::vector<dnnl::primitive::kind> kinds;
-  std::vector<std::string> implementations;
-  int concurrent_stages = 0;
-  std::ptrdiff_t count(dnnl::primitive::kind kind) const {
-    return std::count(kinds.begin(), kinds.end(), kind);
-  }
-  std::ptrdiff_t count(const std::string& implementation) const {
-    return std::count(implementations.begin(), implementations.end(), implementation);
-  }
-};
-ProgramSteps steps_of(const Kernel& kernel) {
-  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(&kernel);
-  if (!program) {
-    ADD_FAILURE() << "an onednn kernel is a program";
-    return {};
-  }
-  return {program->program().step_kinds(), program->program().implementations(),
-          program->program().concurrent_stages()};
-}
 // `g` compiled as one onednn-graph region.
 ProgramSteps region_steps(const Graph& g) {
   return steps_of(*onednn::compile_region(g));

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -41,6 +42,28 @@ inline void expect_fast_and_like_reference(Backend& backend, const Graph& g,
   expect_no_reference_primitive(*kernel, what);
 }
 
+// The steps of a compiled oneDNN program: their kinds and implementations, and how many
+// concurrent stages it runs.
+struct ProgramSteps {
+  std::vector<dnnl::primitive::kind> kinds;
+  std::vector<std::string> implementations;
+  int concurrent_stages = 0;
+  std::ptrdiff_t count(dnnl::primitive::kind kind) const {
+    return std::count(kinds.begin(), kinds.end(), kind);
+  }
+  std::ptrdiff_t count(const std::string& implementation) const {
+    return std::count(implementations.begin(), implementations.end(), implementation);
+  }
+};
+inline ProgramSteps steps_of(const Kernel& kernel) {
+  const auto* program = dynamic_cast<const onednn::ProgramKernel*>(&kernel);
+  if (!program) {
+    ADD_FAILURE() << "an onednn kernel is a program";
+    return {};
+  }
+  return {program->program().step_kinds(), program->program().implementations(),
+          program->program().concurrent_stages()};
+}
 // The thread count and COLLAGE_ONEDNN_LANES for one test, restored after it.
 class WithLanes {
  public:

@@ -56,11 +56,11 @@ bool channel_concat(const Graph& g, const Node& c) {
   return rank >= 3 && rank <= 5 && axis == 1 && splittable_parts(g, c);
 }
 
-// Whether Concat node `c` (its readers `readers`) is one to split into its readers.
-bool splittable(const Graph& g, const Node& c, const std::vector<NodeId>& readers) {
-  if (!channel_concat(g, c) || is_graph_output(g, c.outputs[0]) || readers.empty()) return false;
-  return std::all_of(readers.begin(), readers.end(),
-                     [&](NodeId r) { return splittable_reader(g, g.node(r), c.outputs[0]); });
+// Whether `readers` (of a concatenation `v`) are convolutions that can be split.
+bool read_by_convs_alone(const Graph& g, ValueId v, const std::vector<NodeId>& readers) {
+  return !readers.empty() && std::all_of(readers.begin(), readers.end(), [&](NodeId r) {
+    return splittable_reader(g, g.node(r), v);
+  });
 }
 
 // Input channels [c0, c0 + count) of weights [K, C, S...].
@@ -79,43 +79,24 @@ Tensor weight_slice(const Tensor& w, int64_t c0, int64_t count) {
   return out;
 }
 
-// `g` with each channel Concat that a pooling alone reads pooled part by part and then
-// concatenated: pool(concat(a, b)) = concat(pool(a), pool(b)) (a pooling works per channel),
-// so that the concatenation, now of the pooled parts, may be split into the convolutions
-// reading it (SqueezeNet pools two of its eight concatenations first).
-Graph pool_before_concats(const Graph& region) {
+// `region` with each channel Concat that `rewrite` takes rewritten: rewrite(g, id, concat,
+// readers) appends the nodes that replace concatenation `id` (and readers of it) and returns
+// the nodes they replace (none: not taken). Then the replaced nodes are pruned and the graph
+// re-sorted.
+template <typename Rewrite>
+Graph rewrite_concats(const Graph& region, const Rewrite& rewrite) {
   Graph g = region;
   const std::vector<std::vector<NodeId>> readers = g.consumers();
   const size_t original = g.num_nodes();
   std::vector<bool> removed(original, false);
   bool any = false;
   for (size_t i = 0; i < original; ++i) {
-    const Node concat = g.node(static_cast<NodeId>(i));
-    const ValueId v = concat.outputs.empty() ? kNoValue : concat.outputs[0];
-    if (v == kNoValue || !channel_concat(g, concat) || is_graph_output(g, v) ||
-        readers[v].size() != 1)
-      continue;
-    const Node pool = g.node(readers[v][0]);
-    if (!pool.domain.empty() || (pool.op_type != "MaxPool" && pool.op_type != "AveragePool") ||
-        pool.outputs.size() != 1 || !is_f32(g, pool.outputs[0]))
-      continue;
-    Node pooled_concat = concat;
-    pooled_concat.inputs.clear();
-    for (size_t p = 0; p < concat.inputs.size(); ++p) {
-      Node part = pool;
-      part.name = pool.name + "/part" + std::to_string(p);
-      part.inputs = {concat.inputs[p]};
-      Shape shape = g.value(pool.outputs[0]).shape;
-      shape[1] = g.value(concat.inputs[p]).shape[1];
-      part.outputs = {g.add_value(part.name + "/Y", DType::kFloat32, shape, true)};
-      g.add_node(part);
-      pooled_concat.inputs.push_back(part.outputs[0]);
+    const Node concat = g.node(static_cast<NodeId>(i));  // a copy: rewrite() adds nodes
+    if (!channel_concat(g, concat) || is_graph_output(g, concat.outputs[0])) continue;
+    for (NodeId n : rewrite(g, static_cast<NodeId>(i), concat, readers[concat.outputs[0]])) {
+      removed[n] = true;
+      any = true;
     }
-    pooled_concat.outputs = {pool.outputs[0]};
-    g.add_node(pooled_concat);
-    removed[i] = true;
-    removed[readers[v][0]] = true;
-    any = true;
   }
   if (!any) return g;
   removed.resize(g.num_nodes(), false);
@@ -124,61 +105,82 @@ Graph pool_before_concats(const Graph& region) {
   return g;
 }
 
+// Each channel Concat that a pooling alone reads, pooled part by part and then concatenated:
+// pool(concat(a, b)) = concat(pool(a), pool(b)) (a pooling works per channel), so that the
+// concatenation, now of the pooled parts, may be split into the convolutions reading it
+// (SqueezeNet pools two of its eight concatenations first).
+std::vector<NodeId> pool_parts(Graph& g, NodeId id, const Node& concat,
+                               const std::vector<NodeId>& readers) {
+  if (readers.size() != 1) return {};
+  const Node pool = g.node(readers[0]);
+  if (!pool.domain.empty() || (pool.op_type != "MaxPool" && pool.op_type != "AveragePool") ||
+      pool.outputs.size() != 1 || !is_f32(g, pool.outputs[0]))
+    return {};
+  Node pooled_concat = concat;
+  pooled_concat.inputs.clear();
+  for (size_t p = 0; p < concat.inputs.size(); ++p) {
+    Node part = pool;
+    part.name = pool.name + "/part" + std::to_string(p);
+    part.inputs = {concat.inputs[p]};
+    Shape shape = g.value(pool.outputs[0]).shape;
+    shape[1] = g.value(concat.inputs[p]).shape[1];
+    part.outputs = {g.add_value(part.name + "/Y", DType::kFloat32, shape, true)};
+    g.add_node(part);
+    pooled_concat.inputs.push_back(part.outputs[0]);
+  }
+  pooled_concat.outputs = {pool.outputs[0]};
+  g.add_node(pooled_concat);
+  return {id, readers[0]};
+}
+
+// Each reader of a Concat that convs alone read (read_by_convs_alone) as one conv per part and the
+// Adds summing them into the reader's output.
+std::vector<NodeId> split_into_convs(Graph& g, NodeId id, const Node& concat,
+                                     const std::vector<NodeId>& readers) {
+  if (!read_by_convs_alone(g, concat.outputs[0], readers)) return {};
+  std::vector<NodeId> replaced = {id};
+  for (NodeId r : readers) {
+    const Node reader = g.node(r);
+    // Copies: adding values below moves the graph's values.
+    const Tensor w = g.value(reader.input(1)).constant;
+    const Shape y_shape = g.value(reader.outputs[0]).shape;
+    ValueId sum = kNoValue;
+    int64_t c0 = 0;
+    for (size_t p = 0; p < concat.inputs.size(); ++p) {
+      const ValueId part = concat.inputs[p];
+      const int64_t channels = g.value(part).shape[1];
+      Node conv = reader;
+      conv.name = reader.name + "/part" + std::to_string(p);
+      conv.inputs = {part, g.add_constant(conv.name + "/W", weight_slice(w, c0, channels))};
+      if (p == 0 && reader.input(2) != kNoValue) conv.inputs.push_back(reader.input(2));
+      const bool last = p + 1 == concat.inputs.size();
+      const ValueId out =
+          g.add_value(conv.name + "/Y", DType::kFloat32, y_shape, /*shape_known=*/true);
+      conv.outputs = {out};
+      g.add_node(conv);
+      if (sum == kNoValue) {
+        sum = out;
+      } else {
+        Node add;
+        add.name = reader.name + "/sum" + std::to_string(p);
+        add.op_type = "Add";
+        add.inputs = {out, sum};  // the conv first: its group takes the sum as a post-op
+        add.outputs = {last ? reader.outputs[0]
+                            : g.add_value(add.name + "/Y", DType::kFloat32, y_shape, true)};
+        g.add_node(add);
+        sum = add.outputs[0];
+      }
+      c0 += channels;
+    }
+    replaced.push_back(r);
+  }
+  return replaced;
+}
+
 }  // namespace
 
 Graph split_concats_into_convs(const Graph& region) {
-  Graph g = pool_before_concats(region);
-  const std::vector<std::vector<NodeId>> readers = g.consumers();
-  const size_t original = g.num_nodes();
-  std::vector<bool> removed(original, false);
-  bool any = false;
-  for (size_t i = 0; i < original; ++i) {
-    const Node concat = g.node(static_cast<NodeId>(i));
-    const ValueId v = concat.outputs.empty() ? kNoValue : concat.outputs[0];
-    if (v == kNoValue || !splittable(g, concat, readers[v])) continue;
-    for (NodeId r : readers[v]) {
-      const Node reader = g.node(r);
-      // Copies: adding values below moves the graph's values.
-      const Tensor w = g.value(reader.input(1)).constant;
-      const Shape y_shape = g.value(reader.outputs[0]).shape;
-      ValueId sum = kNoValue;
-      int64_t c0 = 0;
-      for (size_t p = 0; p < concat.inputs.size(); ++p) {
-        const ValueId part = concat.inputs[p];
-        const int64_t channels = g.value(part).shape[1];
-        Node conv = reader;
-        conv.name = reader.name + "/part" + std::to_string(p);
-        conv.inputs = {part, g.add_constant(conv.name + "/W", weight_slice(w, c0, channels))};
-        if (p == 0 && reader.input(2) != kNoValue) conv.inputs.push_back(reader.input(2));
-        const bool last = p + 1 == concat.inputs.size();
-        const ValueId out =
-            g.add_value(conv.name + "/Y", DType::kFloat32, y_shape, /*shape_known=*/true);
-        conv.outputs = {out};
-        g.add_node(conv);
-        if (sum == kNoValue) {
-          sum = out;
-        } else {
-          Node add;
-          add.name = reader.name + "/sum" + std::to_string(p);
-          add.op_type = "Add";
-          add.inputs = {out, sum};  // the conv first: its group takes the sum as a post-op
-          add.outputs = {last ? reader.outputs[0]
-                              : g.add_value(add.name + "/Y", DType::kFloat32, y_shape, true)};
-          g.add_node(add);
-          sum = add.outputs[0];
-        }
-        c0 += channels;
-      }
-      removed[r] = true;
-    }
-    removed[i] = true;
-    any = true;
-  }
-  if (!any) return g;
-  removed.resize(g.num_nodes(), false);
-  g.prune(removed);
-  g.sort_topologically();
-  return g;
+  return rewrite_concats(rewrite_concats(region, pool_parts), split_into_convs);
 }
 
 }  // namespace collage::onednn
