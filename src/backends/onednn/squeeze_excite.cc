@@ -181,11 +181,22 @@ std::vector<Match> grow_squeeze_excite(const Graph& g) {
   return out;
 }
 
-bool squeeze_excite_group(const Graph& subgraph) {
-  if (subgraph.num_nodes() < 4) return false;
+namespace {
+
+// The block `subgraph` is, when it is exactly one (all its nodes, its one output).
+std::optional<SqueezeExcite> whole_block(const Graph& subgraph) {
+  if (subgraph.num_nodes() < 4) return std::nullopt;
   std::optional<SqueezeExcite> se = match_squeeze_excite(subgraph, subgraph.consumers(), 0);
-  return se && se->nodes.size() == subgraph.num_nodes() && subgraph.outputs.size() == 1 &&
-         subgraph.outputs[0] == se->out;
+  if (!se || se->nodes.size() != subgraph.num_nodes() || subgraph.outputs.size() != 1 ||
+      subgraph.outputs[0] != se->out)
+    return std::nullopt;
+  return se;
+}
+
+}  // namespace
+
+bool squeeze_excite_group(const Graph& subgraph) {
+  return whole_block(subgraph).has_value();
 }
 
 namespace {
@@ -377,7 +388,8 @@ class SqueezeExciteStep {
     for (int64_t c = 0; c < width; ++c) g[c0 + c] = evaluate(gate_, acc[c]);
   }
 
-  // y = x * g over channels [c0, c1) and pixels [p0, p1).
+  // y = x * g over channels [c0, c1) and pixels [p0, p1); x and y both channels-last or both
+  // channel-major.
   void scale(const float* x, float* y, int64_t n, int64_t c0, int64_t c1, int64_t p0,
              int64_t p1) const {
     const float* g = scales_.data() + n * c_;
@@ -390,7 +402,7 @@ class SqueezeExciteStep {
 #pragma omp simd
         for (int64_t c = c0; c < c1; ++c) yr[c] = xr[c] * g[c];
       }
-    } else if (in_.sp == 1 && out_.sp == 1) {
+    } else {  // both channel-major (emit_squeeze_excite gives x and y the same order)
       for (int64_t c = c0; c < c1; ++c) {
         const float* xp = xn + c * in_.sc;
         float* yp = yn + c * out_.sc;
@@ -398,10 +410,6 @@ class SqueezeExciteStep {
 #pragma omp simd
         for (int64_t p = p0; p < p1; ++p) yp[p] = xp[p] * gc;
       }
-    } else {
-      for (int64_t c = c0; c < c1; ++c)
-        for (int64_t p = p0; p < p1; ++p)
-          yn[c * out_.sc + p * out_.sp] = xn[c * in_.sc + p * in_.sp] * g[c];
     }
   }
 
@@ -438,9 +446,8 @@ dnnl::memory::desc dense_md(const Shape& shape, bool channels_last) {
 }  // namespace
 
 void emit_squeeze_excite(const Graph& sub, ValueMemories& values) {
-  const std::optional<SqueezeExcite> se = match_squeeze_excite(sub, sub.consumers(), 0);
-  if (!se || !squeeze_excite_group(sub))
-    fail(ErrorKind::kUnsupported, "onednn: not a squeeze-excitation block");
+  const std::optional<SqueezeExcite> se = whole_block(sub);
+  if (!se) fail(ErrorKind::kUnsupported, "onednn: not a squeeze-excitation block");
   const Shape& xs = sub.value(se->x).shape;
   const int64_t pixels = std::accumulate(xs.begin() + 2, xs.end(), int64_t{1}, std::multiplies<>());
 
