@@ -16,15 +16,16 @@ namespace {
 constexpr size_t kMostParts = 2;
 constexpr int64_t kChannelBlock = 16;
 
-bool is_f32(const Graph& g, ValueId v) {
-  return v != kNoValue && g.value(v).dtype == DType::kFloat32 && g.value(v).shape_known;
+// A float32 value whose shape is known (the rewrites build shapes from it).
+bool known_f32(const Graph& g, ValueId v) {
+  return is_f32(g, v) && g.value(v).shape_known;
 }
 
 // Whether reader `r` of concatenation `v` can be split: a group-1 Conv reading `v` once, as
 // its input, with constant float32 weights (and bias).
 bool splittable_reader(const Graph& g, const Node& r, ValueId v) {
   if (!r.domain.empty() || r.op_type != "Conv" || r.input(0) != v || r.outputs.size() != 1 ||
-      r.attr_int("group", 1) != 1 || !is_f32(g, r.outputs[0]))
+      r.attr_int("group", 1) != 1 || !known_f32(g, r.outputs[0]))
     return false;
   for (size_t i = 1; i < r.inputs.size(); ++i)
     if (r.inputs[i] == v) return false;
@@ -39,7 +40,7 @@ bool splittable_reader(const Graph& g, const Node& r, ValueId v) {
 bool splittable_parts(const Graph& g, const Node& c) {
   if (c.inputs.size() < 2 || c.inputs.size() > kMostParts) return false;
   return std::all_of(c.inputs.begin(), c.inputs.end(), [&](ValueId in) {
-    return is_f32(g, in) && !g.value(in).is_constant() &&
+    return known_f32(g, in) && !g.value(in).is_constant() &&
            g.value(in).shape.size() == g.value(c.outputs[0]).shape.size() &&
            g.value(in).shape[1] % kChannelBlock == 0;
   });
@@ -48,7 +49,7 @@ bool splittable_parts(const Graph& g, const Node& c) {
 // Whether `c` is a channel Concat of parts splittable_parts() takes, its output float32.
 bool channel_concat(const Graph& g, const Node& c) {
   if (!c.domain.empty() || c.op_type != "Concat" || c.outputs.size() != 1 ||
-      !is_f32(g, c.outputs[0]))
+      !known_f32(g, c.outputs[0]))
     return false;
   const int64_t rank = static_cast<int64_t>(g.value(c.outputs[0]).shape.size());
   int64_t axis = c.attr_int("axis", 1);
@@ -114,7 +115,7 @@ std::vector<NodeId> pool_parts(Graph& g, NodeId id, const Node& concat,
   if (readers.size() != 1) return {};
   const Node pool = g.node(readers[0]);
   if (!pool.domain.empty() || (pool.op_type != "MaxPool" && pool.op_type != "AveragePool") ||
-      pool.outputs.size() != 1 || !is_f32(g, pool.outputs[0]))
+      pool.outputs.size() != 1 || !known_f32(g, pool.outputs[0]))
     return {};
   Node pooled_concat = concat;
   pooled_concat.inputs.clear();

@@ -367,6 +367,10 @@ int input_index(const Graph& subgraph, ValueId value) {
   return it == subgraph.inputs.end() ? -1 : static_cast<int>(it - subgraph.inputs.begin());
 }
 
+bool is_f32(const Graph& g, ValueId v) {
+  return v != kNoValue && g.value(v).dtype == DType::kFloat32;
+}
+
 void require_f32(const Graph& graph, ValueId value, const char* what) {
   if (value == kNoValue || graph.value(value).dtype != DType::kFloat32)
     fail(ErrorKind::kUnsupported, "onednn: {} must be float32", what);

@@ -260,6 +260,8 @@ float* custom_step_data(const dnnl_exec_arg_t* args, int count, int arg);
 bool is_graph_output(const Graph& g, ValueId v);
 // Index of `value` in subgraph.inputs, or -1.
 int input_index(const Graph& subgraph, ValueId value);
+// Whether `v` is a value (not kNoValue) of type float32.
+bool is_f32(const Graph& g, ValueId v);
 // Throws kUnsupported unless `value` is float32.
 void require_f32(const Graph& graph, ValueId value, const char* what);
 // True when `md` is dense row-major over its own dims (what plain_md describes).

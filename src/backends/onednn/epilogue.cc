@@ -29,10 +29,6 @@ bool near(std::optional<float> x, double want) {
   return x && std::abs(*x - want) <= 1e-3 * std::abs(want);
 }
 
-bool is_f32(const Graph& g, ValueId v) {
-  return v != kNoValue && g.value(v).dtype == DType::kFloat32;
-}
-
 // Only the first output used: ops with optional extra outputs (none here) would need them.
 bool single_output(const Node& n) {
   if (n.outputs.empty() || n.outputs[0] == kNoValue) return false;

@@ -9,10 +9,6 @@
 namespace collage::onednn {
 namespace {
 
-bool is_f32(const Graph& g, ValueId v) {
-  return v != kNoValue && g.value(v).dtype == DType::kFloat32;
-}
-
 std::vector<NodeId> sorted(std::vector<NodeId> v) {
   std::sort(v.begin(), v.end());
   return v;

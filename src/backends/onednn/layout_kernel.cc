@@ -21,10 +21,6 @@
 namespace collage::onednn {
 namespace {
 
-bool is_f32(const Graph& g, ValueId v) {
-  return v != kNoValue && g.value(v).dtype == DType::kFloat32;
-}
-
 bool is_constant(const Graph& g, ValueId v) {
   return v != kNoValue && g.value(v).is_constant();
 }

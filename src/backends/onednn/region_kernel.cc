@@ -22,10 +22,6 @@
 namespace collage::onednn {
 namespace {
 
-bool is_f32(const Graph& g, ValueId v) {
-  return v != kNoValue && g.value(v).dtype == DType::kFloat32;
-}
-
 // The Winograd flags of `region`'s nodes (by index) carried over to `rewritten`, its copy with
 // duplicates merged and pads folded (both keep the remaining nodes' order and names): by
 // name where the names tell nodes apart, by index where nothing was removed, else none (the

@@ -75,10 +75,6 @@ float evaluate(const std::vector<PostOp>& ops, float x) {
   return x;
 }
 
-bool is_f32(const Graph& g, ValueId v) {
-  return v != kNoValue && g.value(v).dtype == DType::kFloat32;
-}
-
 // A spatial mean keeping its axes: x [N, C, S...] -> [N, C, 1...].
 bool spatial_mean(const Graph& g, const Node& n) {
   if (!n.domain.empty() || n.outputs.size() != 1 || !is_f32(g, n.input(0)) ||
