@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "collage/backend.h"
+#include "collage/session.h"
 #include "graph_builder.h"
 #include "util/compare.h"
 
@@ -74,6 +75,34 @@ inline void expect_unsupported(Backend& backend, const Graph& g, const std::stri
     if (!needle.empty()) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
     }
+  }
+}
+
+// Runs `g` in a Session where `backend` takes the nodes it can and the fallback the rest
+// (strict: a compile error other than a refusal fails, as `collage run --backend NAME
+// --strict`), on `threads`, and expects `want` (reference's outputs on `inputs`). Returns
+// the op types of the nodes left to the fallback, each after a space ("" when none).
+inline std::string expect_session_like_reference(const std::string& backend, const Graph& g,
+                                                 int threads, const std::vector<Tensor>& inputs,
+                                                 const std::vector<Tensor>& want,
+                                                 const std::string& what) {
+  SessionOptions options;
+  options.backend = backend;
+  options.strict = true;
+  options.threads = threads;
+  try {
+    Session session(g, options);
+    EXPECT_TRUE(outputs_match(session.run(inputs), want))
+        << backend << ", " << threads << " threads, " << what;
+    const std::string fallback = BackendRegistry::global().fallback().name();
+    const std::vector<std::string> placed = session.node_backends();
+    std::string left;
+    for (size_t n = 0; n < placed.size(); ++n)
+      if (placed[n] == fallback) left += " " + g.node(static_cast<NodeId>(n)).op_type;
+    return left;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << backend << ", " << threads << " threads, " << what << ": " << e.what();
+    return "";
   }
 }
 

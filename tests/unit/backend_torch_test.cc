@@ -339,6 +339,23 @@ TEST(TorchGraphBackend, ResidualRegion) {
   EXPECT_EQ(compile_error(torch_ops(), b.graph()), ErrorKind::kUnsupported);
 }
 
+// libtorch 1.13's optimize_for_inference dropped the clamp of a Conv + torch.clamp(0, 6)
+// (ReLU6, ONNX Clip) from this region: the backend must notice and keep the plain graph.
+TEST(TorchGraphBackend, ConvThenReluSixKeepsItsClamp) {
+  for (bool concat : {false, true}) {
+    GraphBuilder b;
+    ValueId a = b.input("a", DType::kFloat32, {1, 8, 12, 12});
+    ValueId x = b.input("x", DType::kFloat32, {1, 8, 12, 12});
+    ValueId y =
+        b.add1("Conv", {x, b.random_constant("w", {8, 8, 3, 3}, 0.3f), b.random_constant("b", {8})},
+               {{"pads", attr_ints({1, 1, 1, 1})}});
+    y = b.add1("Clip",
+               {y, b.constant("lo", Tensor::scalar(0.0f)), b.constant("hi", Tensor::scalar(6.0f))});
+    b.output(concat ? b.add1("Concat", {a, y}, {{"axis", attr_i(1)}}) : y);
+    expect_like_reference(torch_graph(), b.graph(), concat ? "conv, clip, concat" : "conv, clip");
+  }
+}
+
 // A BERT-like attention core plus elementwise/shape ops, with two outputs.
 TEST(TorchGraphBackend, AttentionAndShapeOps) {
   GraphBuilder b(13);

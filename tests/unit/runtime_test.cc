@@ -125,5 +125,21 @@ TEST(Session, OutputThatIsAnInputOrConstant) {
   EXPECT_EQ(out[1].to_float_vector(), (std::vector<float>{5, 6}));
 }
 
+// A node nothing reads (the ONNX importer removes them; a graph built through the API may
+// have one) runs into a buffer of its own instead of failing the session.
+TEST(Session, RunsAGraphWithANodeNothingReads) {
+  Graph g;
+  ValueId x = g.add_value("x", DType::kFloat32, {3}, true);
+  ValueId y = g.add_value("y", DType::kFloat32, {3}, true);
+  ValueId unread = g.add_value("unread", DType::kFloat32, {3}, true);
+  g.inputs = {x};
+  g.add_node(Node{"relu", "Relu", "", {x}, {y}, {}});
+  g.add_node(Node{"sigmoid", "Sigmoid", "", {x}, {unread}, {}});
+  g.outputs = {y};
+  Session session(std::move(g), SessionOptions{});
+  auto out = session.run({Tensor::from_vector<float>({3}, {-1, 0, 2})});
+  EXPECT_EQ(out[0].to_float_vector(), (std::vector<float>{0, 0, 2}));
+}
+
 }  // namespace
 }  // namespace collage

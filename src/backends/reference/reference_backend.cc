@@ -45,10 +45,13 @@ class BoundaryNodeKernel : public Kernel {
       int index = -1;
       for (size_t i = 0; i < subgraph.outputs.size(); ++i)
         if (subgraph.outputs[i] == v) index = static_cast<int>(i);
-      if (v != kNoValue && index < 0)
-        fail(ErrorKind::kInternal, "reference: node output '{}' is not a subgraph output",
-             subgraph.value(v).name);
       output_index_.push_back(index);
+      // An output nothing reads (a dead node of a graph built through the API; the ONNX
+      // importer removes them) is computed into a buffer of its own and dropped.
+      const Value* dead = v != kNoValue && index < 0 ? &subgraph.value(v) : nullptr;
+      if (dead && !dead->shape_known)
+        fail(ErrorKind::kUnsupported, "reference: unread output '{}' of unknown shape", dead->name);
+      unread_.push_back(dead ? Tensor(dead->dtype, dead->shape) : Tensor());
       results_.emplace_back();
     }
   }
@@ -56,14 +59,14 @@ class BoundaryNodeKernel : public Kernel {
     for (size_t i = 0; i < args_.size(); ++i)
       if (boundary_index_[i] >= 0) args_[i] = inputs[boundary_index_[i]];
     for (size_t i = 0; i < results_.size(); ++i)
-      results_[i] = output_index_[i] >= 0 ? outputs[output_index_[i]] : Tensor();
+      results_[i] = output_index_[i] >= 0 ? outputs[output_index_[i]] : unread_[i];
     fn_(args_, results_);
   }
 
  private:
   RefKernel fn_;
-  std::vector<int> boundary_index_, output_index_;  // -1: constant / omitted
-  std::vector<Tensor> args_, results_;
+  std::vector<int> boundary_index_, output_index_;  // -1: constant / omitted or unread
+  std::vector<Tensor> args_, results_, unread_;
 };
 
 // Every op with a reference implementation, one node at a time: the fallback for nodes no

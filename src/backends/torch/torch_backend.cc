@@ -107,12 +107,15 @@ std::vector<std::string> common_details() {
 class TorchBackendBase : public Backend {
  public:
   // Debian's 1.13.1 headers still say TORCH_VERSION "1.13.0": the package's upstream
-  // version, when the build found one, keeps cost-cache keys honest across upgrades.
+  // version, when the build found one, keeps cost-cache keys honest across upgrades. The
+  // kernel revision (+rN) changes when collage's own kernels do, so cached costs and
+  // failures ("wrong result") are measured again: r1, torch-graph checks its optimised
+  // region against the plain one (the ReLU6 miscompile, script_kernel.cc).
   std::string version() const override {
 #ifdef COLLAGE_TORCH_PACKAGE_VERSION
-    return "libtorch " COLLAGE_TORCH_PACKAGE_VERSION;
+    return "libtorch " COLLAGE_TORCH_PACKAGE_VERSION "+r1";
 #else
-    return "libtorch " TORCH_VERSION;
+    return "libtorch " TORCH_VERSION "+r1";
 #endif
   }
   std::string thread_model() const override {

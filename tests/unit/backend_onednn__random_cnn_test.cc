@@ -1,0 +1,37 @@
+// The onednn backends on random CNNs (random_cnn.h), whose graphs meet every region rewrite
+// (post-op fusion, depthwise fusion, concat in place or split into convs, pad folding,
+// squeeze-excitation, concurrent lanes) in combinations no hand-written test lists: both
+// must compute what reference computes at one thread and at two, and onednn-graph must
+// leave no node to the fallback (every op these graphs use is one its regions take).
+// COLLAGE_RANDOM_CNN_SEEDS=N runs N graphs (see random_cnn_test.cc).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "backend_test_util.h"
+#include "collage/session.h"
+#include "random_cnn.h"
+
+namespace collage {
+namespace {
+
+TEST(OnednnRandomCnn, MatchesReferenceAndOnednnGraphLeavesNoHoles) {
+  for (int seed = 0; seed < testing::random_cnn_seeds(16); ++seed) {
+    const Graph g = testing::random_cnn(seed);
+    const std::string what = "random CNN seed " + std::to_string(seed) + " (" +
+                             std::to_string(g.num_nodes()) + " nodes)";
+    const std::vector<Tensor> inputs = random_inputs(g, seed);
+    const std::vector<Tensor> want = Session(g, SessionOptions{}).run(inputs);
+    for (int threads : {1, 2}) {
+      EXPECT_EQ(
+          testing::expect_session_like_reference("onednn-graph", g, threads, inputs, want, what),
+          "")
+          << "nodes left to the fallback by onednn-graph, " << what;
+      testing::expect_session_like_reference("onednn", g, threads, inputs, want, what);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace collage

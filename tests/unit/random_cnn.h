@@ -1,0 +1,262 @@
+// Random convolutional networks for differential tests: DAGs of the ops real CNNs are made
+// of (convolutions of every common window, stride, grouping; batch norm; the usual
+// activations; residual sums; inception-style branches joined by Concat; pools; squeeze-
+// excitation; channel splits and shuffles; explicit Pad), in random orders, shapes and
+// channel counts (some of whole 16-channel blocks, some not). Every backend rewrite that
+// looks at a neighbourhood of ops (post-op fusion, concat splitting, in-place concat, pad
+// folding, squeeze-excitation, depthwise fusion, concurrent lanes) meets its patterns here
+// in combinations no hand-written test lists; the test compares each backend with
+// reference on them. Weights are scaled by 1/sqrt(fan-in) so values stay O(1) through depth.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "graph_builder.h"
+
+namespace collage::testing {
+
+class RandomCnn {
+ public:
+  explicit RandomCnn(uint64_t seed) : rng_(static_cast<unsigned>(seed)) {}
+
+  // A graph of about `blocks` random blocks on an input of random batch, channels and size.
+  Graph build(int blocks) {
+    const int64_t batch = chance(0.2) ? 2 : 1;
+    const int64_t size = pick<int64_t>({9, 12, 14, 16, 17, 20});
+    ValueId x = b_.input("x", DType::kFloat32, {batch, pick<int64_t>({3, 8, 16}), size, size});
+    live_ = {conv(x, pick<int64_t>({16, 24, 32}), 3, 1, 1)};
+    for (int i = 0; i < blocks; ++i) {
+      ValueId in = live_[index(live_.size())];
+      ValueId out = block(in);
+      live_.push_back(out);
+      if (live_.size() > 4) live_.erase(live_.begin());
+    }
+    // Every value no node reads is an output (no dead nodes, as in an exported model), and
+    // sometimes one that nodes also read.
+    const Graph& g = b_.graph();
+    const auto readers = g.consumers();
+    for (size_t v = 0; v < g.num_values(); ++v)
+      if (g.value(static_cast<ValueId>(v)).producer >= 0 && readers[v].empty())
+        b_.output(static_cast<ValueId>(v));
+    if (live_.size() > 1 && chance(0.3)) {
+      const ValueId extra = live_[index(live_.size() - 1)];
+      if (!readers[extra].empty()) b_.output(extra);
+    }
+    return b_.finish();
+  }
+
+ private:
+  template <typename T>
+  T pick(std::vector<T> options) {
+    return options[index(options.size())];
+  }
+  size_t index(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng_); }
+  bool chance(double p) { return std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
+  const Shape& shape(ValueId v) { return b_.graph().value(v).shape; }
+  int64_t channels(ValueId v) { return shape(v)[1]; }
+
+  ValueId block(ValueId x) {
+    switch (index(10)) {
+      case 0:
+        return inception(x);
+      case 1:
+        return residual(x);
+      case 2:
+        return inverted_residual(x);
+      case 3:
+        return squeeze_excite(x);
+      case 4:
+        return pool(x);
+      case 5:
+        return shuffle(x);
+      case 6:
+        return split_halves(x);
+      case 7:
+        return padded_conv(x);
+      case 8:
+        return activation(batch_norm(b_, x, channels(x)));
+      default:
+        return conv_act(x, pick<int64_t>({8, 16, 24, 32, 40, 48}), pick<int64_t>({1, 3, 5}),
+                        shape(x)[2] >= 6 && chance(0.3) ? 2 : 1);
+    }
+  }
+
+  ValueId conv(ValueId x, int64_t out_channels, int64_t k, int64_t stride, int64_t group,
+               bool bias = true) {
+    const int64_t in_channels = channels(x);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(in_channels / group * k * k));
+    std::vector<ValueId> in = {
+        x, b_.random_constant("w", {out_channels, in_channels / group, k, k}, 1.7f * scale)};
+    if (bias) in.push_back(b_.random_constant("b", {out_channels}, 0.1f));
+    const int64_t p = k / 2;
+    return b_.add1("Conv", in,
+                   {{"kernel_shape", attr_ints({k, k})},
+                    {"strides", attr_ints({stride, stride})},
+                    {"pads", attr_ints({p, p, p, p})},
+                    {"group", attr_i(group)}});
+  }
+
+  ValueId activation(ValueId x) {
+    switch (index(8)) {
+      case 0:
+      case 1:
+        return b_.add1("Relu", {x});
+      case 2:
+        return b_.add1("Clip", {x, b_.constant("lo", Tensor::scalar(0.0f)),
+                                b_.constant("hi", Tensor::scalar(6.0f))});
+      case 3:
+        return b_.add1("Mul", {x, b_.add1("Sigmoid", {x})});  // SiLU as exported
+      case 4:
+        return b_.add1("HardSwish", {x});
+      case 5:
+        return b_.add1("LeakyRelu", {x}, {{"alpha", attr_f(0.1f)}});
+      case 6:
+        return b_.add1("Sigmoid", {x});
+      default:
+        return x;
+    }
+  }
+
+  ValueId conv_act(ValueId x, int64_t out_channels, int64_t k, int64_t stride) {
+    ValueId y = conv(x, out_channels, k, stride, 1, !chance(0.2));
+    if (chance(0.3)) y = batch_norm(b_, y, out_channels);
+    return activation(y);
+  }
+
+  // Two to four branches of the input (1x1; 1x1 then 3x3 or 5x5; pool then 1x1; 3x3),
+  // joined along the channels.
+  ValueId inception(ValueId x) {
+    std::vector<ValueId> parts;
+    const size_t branches = 2 + index(3);
+    for (size_t i = 0; i < branches; ++i) {
+      const int64_t c = pick<int64_t>({8, 16, 24, 32});
+      switch (index(4)) {
+        case 0:
+          parts.push_back(conv_act(x, c, 1, 1));
+          break;
+        case 1:
+          parts.push_back(
+              conv_act(conv_act(x, pick<int64_t>({8, 16}), 1, 1), c, pick<int64_t>({3, 5}), 1));
+          break;
+        case 2:
+          parts.push_back(conv_act(pool3x3(x, chance(0.5)), c, 1, 1));
+          break;
+        default:
+          parts.push_back(conv_act(x, c, 3, 1));
+      }
+    }
+    return b_.add1("Concat", parts, {{"axis", attr_i(1)}});
+  }
+
+  ValueId pool3x3(ValueId x, bool max) {
+    std::map<std::string, Attribute> attrs = {{"kernel_shape", attr_ints({3, 3})},
+                                              {"strides", attr_ints({1, 1})},
+                                              {"pads", attr_ints({1, 1, 1, 1})}};
+    if (!max) attrs["count_include_pad"] = attr_i(chance(0.5) ? 1 : 0);
+    return b_.add1(max ? "MaxPool" : "AveragePool", {x}, attrs);
+  }
+
+  // conv (+act) + conv, summed with the input (or a 1x1 projection of it), then an activation.
+  ValueId residual(ValueId x) {
+    const int64_t c = channels(x);
+    const int64_t out = chance(0.6) ? c : pick<int64_t>({16, 32, 48});
+    ValueId y =
+        conv(conv_act(x, pick<int64_t>({8, 16, 32}), pick<int64_t>({1, 3}), 1), out, 3, 1, 1);
+    ValueId skip = out == c && chance(0.7) ? x : conv(x, out, 1, 1, 1);
+    ValueId sum = chance(0.5) ? b_.add1("Add", {y, skip}) : b_.add1("Add", {skip, y});
+    return chance(0.7) ? b_.add1("Relu", {sum}) : sum;
+  }
+
+  // 1x1 expansion, depthwise 3x3 or 5x5 (stride 1 or 2), 1x1 projection; summed with the
+  // input where the shapes allow.
+  ValueId inverted_residual(ValueId x) {
+    const int64_t c = channels(x);
+    const int64_t wide = c * pick<int64_t>({2, 3, 4, 6});
+    const int64_t stride = shape(x)[2] >= 6 && chance(0.3) ? 2 : 1;
+    ValueId e = activation(conv(x, wide, 1, 1, 1));
+    ValueId d = activation(conv(e, wide, pick<int64_t>({3, 3, 5}), stride, wide));
+    if (chance(0.3)) d = squeeze_excite(d);
+    const int64_t out = stride == 1 && chance(0.6) ? c : pick<int64_t>({16, 24, 40});
+    ValueId p = conv(d, out, 1, 1, 1);
+    return stride == 1 && out == c ? b_.add1("Add", {p, x}) : p;
+  }
+
+  // GlobalAveragePool (or a spatial ReduceMean), 1x1 squeeze, activation, 1x1 excitation,
+  // gate, times the input.
+  ValueId squeeze_excite(ValueId x) {
+    const int64_t c = channels(x);
+    ValueId m = chance(0.5) ? b_.add1("GlobalAveragePool", {x})
+                            : b_.add1("ReduceMean", {x}, {{"axes", attr_ints({2, 3})}});
+    ValueId s = activation(conv(m, std::max<int64_t>(4, c / 4), 1, 1, 1));
+    ValueId e = conv(s, c, 1, 1, 1);
+    ValueId gate = chance(0.5) ? b_.add1("Sigmoid", {e}) : b_.add1("HardSigmoid", {e});
+    return chance(0.5) ? b_.add1("Mul", {x, gate}) : b_.add1("Mul", {gate, x});
+  }
+
+  ValueId pool(ValueId x) {
+    if (shape(x)[2] < 4 || chance(0.4)) return pool3x3(x, chance(0.5));
+    std::map<std::string, Attribute> attrs = {{"kernel_shape", attr_ints({2, 2})},
+                                              {"strides", attr_ints({2, 2})}};
+    if (chance(0.5)) attrs["ceil_mode"] = attr_i(1);
+    return b_.add1(chance(0.5) ? "MaxPool" : "AveragePool", {x}, attrs);
+  }
+
+  // ShuffleNet's channel shuffle: Reshape to groups, Transpose, Reshape back.
+  ValueId shuffle(ValueId x) {
+    const Shape s = shape(x);
+    if (s[1] % 2) return conv_act(x, 16, 1, 1);
+    ValueId r = b_.add1(
+        "Reshape",
+        {x, b_.constant("s5", Tensor::from_vector<int64_t>({5}, {s[0], 2, s[1] / 2, s[2], s[3]}))});
+    ValueId t = b_.add1("Transpose", {r}, {{"perm", attr_ints({0, 2, 1, 3, 4})}});
+    return b_.add1("Reshape", {t, b_.constant("s4", Tensor::from_vector<int64_t>({4}, s))});
+  }
+
+  // Split into two channel halves, a conv on one, joined again (ShuffleNetV2's unit).
+  ValueId split_halves(ValueId x) {
+    const int64_t c = channels(x);
+    if (c % 2) return conv_act(x, 16, 3, 1);
+    std::vector<ValueId> halves =
+        b_.add("Split", {x, b_.constant("sp", Tensor::from_vector<int64_t>({2}, {c / 2, c / 2}))},
+               {{"axis", attr_i(1)}}, 2);
+    ValueId y = conv_act(halves[1], c / 2, 3, 1);
+    return b_.add1("Concat", {halves[0], y}, {{"axis", attr_i(1)}});
+  }
+
+  // An explicit zero Pad before an unpadded conv (as some exporters write it).
+  ValueId padded_conv(ValueId x) {
+    const int64_t p = pick<int64_t>({1, 2});
+    ValueId padded = b_.add1(
+        "Pad",
+        {x, b_.constant("pads", Tensor::from_vector<int64_t>({8}, {0, 0, p, p, 0, 0, p, p}))});
+    const int64_t c = channels(x);
+    const int64_t k = 2 * p + 1;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c * k * k));
+    ValueId y = b_.add1("Conv", {padded, b_.random_constant("w", {c, c, k, k}, 1.7f * scale)},
+                        {{"kernel_shape", attr_ints({k, k})}});
+    return activation(y);
+  }
+
+  GraphBuilder b_;
+  std::mt19937 rng_;
+  std::vector<ValueId> live_;
+};
+
+// The graph of `seed`: 4 to 8 blocks.
+inline Graph random_cnn(uint64_t seed) {
+  return RandomCnn(seed).build(4 + static_cast<int>(seed % 5));
+}
+
+// How many random graphs a test runs: COLLAGE_RANDOM_CNN_SEEDS when set, else `otherwise`.
+inline int random_cnn_seeds(int otherwise) {
+  const char* env = std::getenv("COLLAGE_RANDOM_CNN_SEEDS");
+  return env ? std::max(1, std::atoi(env)) : otherwise;
+}
+
+}  // namespace collage::testing

@@ -1,0 +1,36 @@
+// Differential test over random CNNs (random_cnn.h): every host backend, run as `collage run
+// --backend NAME --strict` runs it (the nodes it takes, the rest on the fallback), computes
+// what reference computes. It found torch-graph's ReLU6 miscompile (libtorch's
+// optimize_for_inference; TorchGraphBackend.ConvThenReluSixKeepsItsClamp).
+//
+// COLLAGE_RANDOM_CNN_SEEDS=N runs N graphs instead of the default few: a longer campaign is
+// `COLLAGE_RANDOM_CNN_SEEDS=200 build/tests/collage_unit_tests --gtest_filter='RandomCnn*'`.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "backend_test_util.h"
+#include "collage/backend.h"
+#include "collage/session.h"
+#include "random_cnn.h"
+
+namespace collage {
+namespace {
+
+TEST(RandomCnn, EveryHostBackendMatchesReference) {
+  std::vector<std::string> backends;
+  for (Backend* b : BackendRegistry::global().all())
+    if (!BackendRegistry::global().is_fallback(*b) && !b->device()) backends.push_back(b->name());
+  for (int seed = 100; seed < 100 + testing::random_cnn_seeds(6); ++seed) {
+    const Graph g = testing::random_cnn(seed);
+    const std::string what = "random CNN seed " + std::to_string(seed);
+    const std::vector<Tensor> inputs = random_inputs(g, seed);
+    const std::vector<Tensor> want = Session(g, SessionOptions{}).run(inputs);
+    for (const std::string& backend : backends)
+      testing::expect_session_like_reference(backend, g, 2, inputs, want, what);
+  }
+}
+
+}  // namespace
+}  // namespace collage
