@@ -81,11 +81,12 @@ inline void expect_unsupported(Backend& backend, const Graph& g, const std::stri
 // Runs `g` in a Session where `backend` takes the nodes it can and the fallback the rest
 // (strict: a compile error other than a refusal fails, as `collage run --backend NAME
 // --strict`), on `threads`, and expects `want` (reference's outputs on `inputs`). Returns
-// the op types of the nodes left to the fallback, each after a space ("" when none).
-inline std::string expect_session_like_reference(const std::string& backend, const Graph& g,
-                                                 int threads, const std::vector<Tensor>& inputs,
-                                                 const std::vector<Tensor>& want,
-                                                 const std::string& what) {
+// the nodes left to the fallback.
+inline std::vector<NodeId> expect_session_like_reference(const std::string& backend, const Graph& g,
+                                                         int threads,
+                                                         const std::vector<Tensor>& inputs,
+                                                         const std::vector<Tensor>& want,
+                                                         const std::string& what) {
   SessionOptions options;
   options.backend = backend;
   options.strict = true;
@@ -96,13 +97,13 @@ inline std::string expect_session_like_reference(const std::string& backend, con
         << backend << ", " << threads << " threads, " << what;
     const std::string fallback = BackendRegistry::global().fallback().name();
     const std::vector<std::string> placed = session.node_backends();
-    std::string left;
+    std::vector<NodeId> left;
     for (size_t n = 0; n < placed.size(); ++n)
-      if (placed[n] == fallback) left += " " + g.node(static_cast<NodeId>(n)).op_type;
+      if (placed[n] == fallback) left.push_back(static_cast<NodeId>(n));
     return left;
   } catch (const std::exception& e) {
     ADD_FAILURE() << backend << ", " << threads << " threads, " << what << ": " << e.what();
-    return "";
+    return {};
   }
 }
 

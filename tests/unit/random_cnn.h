@@ -27,7 +27,7 @@ class RandomCnn {
 
   // A graph of about `blocks` random blocks on an input of random batch, channels and size.
   Graph build(int blocks) {
-    const int64_t batch = chance(0.2) ? 2 : 1;
+    const int64_t batch = chance(0.25) ? pick<int64_t>({2, 3}) : 1;
     const int64_t size = pick<int64_t>({9, 12, 14, 16, 17, 20});
     ValueId x = b_.input("x", DType::kFloat32, {batch, pick<int64_t>({3, 8, 16}), size, size});
     live_ = {conv(x, pick<int64_t>({16, 24, 32}), 3, 1, 1)};
@@ -62,7 +62,7 @@ class RandomCnn {
   int64_t channels(ValueId v) { return shape(v)[1]; }
 
   ValueId block(ValueId x) {
-    switch (index(10)) {
+    switch (index(17)) {
       case 0:
         return inception(x);
       case 1:
@@ -81,24 +81,40 @@ class RandomCnn {
         return padded_conv(x);
       case 8:
         return activation(batch_norm(b_, x, channels(x)));
+      case 9:
+        return channel_slice(x);
+      case 10:
+        return upsample(x);
+      case 11:
+        return transposed_conv(x);
+      case 12:
+        return dilated_conv(x);
+      case 13:
+        return channel_scale(x);
+      case 14:
+        return b_.add1("PRelu",
+                       {conv(x, 16, 3, 1, 1), b_.random_constant("slope", {16, 1, 1}, 0.3f)});
+      case 15:
+        return head(x);
       default:
-        return conv_act(x, pick<int64_t>({8, 16, 24, 32, 40, 48}), pick<int64_t>({1, 3, 5}),
+        return conv_act(x, pick<int64_t>({8, 16, 24, 32, 40, 48, 64}), pick<int64_t>({1, 3, 5}),
                         shape(x)[2] >= 6 && chance(0.3) ? 2 : 1);
     }
   }
 
   ValueId conv(ValueId x, int64_t out_channels, int64_t k, int64_t stride, int64_t group,
-               bool bias = true) {
+               bool bias = true, int64_t dilation = 1) {
     const int64_t in_channels = channels(x);
     const float scale = 1.0f / std::sqrt(static_cast<float>(in_channels / group * k * k));
     std::vector<ValueId> in = {
         x, b_.random_constant("w", {out_channels, in_channels / group, k, k}, 1.7f * scale)};
     if (bias) in.push_back(b_.random_constant("b", {out_channels}, 0.1f));
-    const int64_t p = k / 2;
+    const int64_t p = k / 2 * dilation;
     return b_.add1("Conv", in,
                    {{"kernel_shape", attr_ints({k, k})},
                     {"strides", attr_ints({stride, stride})},
                     {"pads", attr_ints({p, p, p, p})},
+                    {"dilations", attr_ints({dilation, dilation})},
                     {"group", attr_i(group)}});
   }
 
@@ -243,9 +259,84 @@ class RandomCnn {
     return activation(y);
   }
 
+  // A channel range (Slice on axis 1), then a conv on it.
+  ValueId channel_slice(ValueId x) {
+    const int64_t c = channels(x);
+    if (c < 4) return conv_act(x, 16, 1, 1);
+    const int64_t start = index(static_cast<size_t>(c / 2)),
+                  end = c - index(static_cast<size_t>(c / 4));
+    auto ints = [&](int64_t v) { return b_.constant("i", Tensor::from_vector<int64_t>({1}, {v})); };
+    ValueId sliced = b_.add1("Slice", {x, ints(start), ints(end), ints(1)});
+    return conv_act(sliced, pick<int64_t>({8, 16}), pick<int64_t>({1, 3}), 1);
+  }
+
+  // x2 upsampling (nearest or bilinear, as decoders and FPNs export it), then a stride-2
+  // conv back to the input's size.
+  ValueId upsample(ValueId x) {
+    if (shape(x)[2] > 16) return pool(x);
+    std::map<std::string, Attribute> attrs;
+    if (chance(0.5)) {
+      attrs["mode"] = attr_s("nearest");
+      attrs["coordinate_transformation_mode"] = attr_s("asymmetric");
+      attrs["nearest_mode"] = attr_s("floor");
+    } else {
+      attrs["mode"] = attr_s("linear");
+      attrs["coordinate_transformation_mode"] =
+          attr_s(chance(0.5) ? "half_pixel" : "align_corners");
+    }
+    ValueId up = b_.add1(
+        "Resize",
+        {x, kNoValue, b_.constant("scales", Tensor::from_vector<float>({4}, {1, 1, 2, 2}))}, attrs);
+    return conv_act(up, pick<int64_t>({8, 16}), 3, 2);
+  }
+
+  // A stride-2 transposed conv (a decoder's upsampling), then an activation.
+  ValueId transposed_conv(ValueId x) {
+    if (shape(x)[2] > 16) return pool(x);
+    const int64_t c = channels(x), out = pick<int64_t>({8, 16});
+    const int64_t k = pick<int64_t>({2, 3, 4});
+    const int64_t p = k == 4 ? 1 : 0;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c * k * k / 4));
+    ValueId y = b_.add1(
+        "ConvTranspose",
+        {x, b_.random_constant("wt", {c, out, k, k}, scale), b_.random_constant("bt", {out}, 0.1f)},
+        {{"kernel_shape", attr_ints({k, k})},
+         {"strides", attr_ints({2, 2})},
+         {"pads", attr_ints({p, p, p, p})}});
+    return activation(y);
+  }
+
+  // A dilated 3x3 conv (DeepLab's atrous convolutions), padded to keep the size.
+  ValueId dilated_conv(ValueId x) {
+    return activation(conv(x, pick<int64_t>({16, 32}), 3, 1, 1, true, 2));
+  }
+
+  // A per-channel scale and shift by broadcast constants (a BatchNorm exported as Mul, Add).
+  ValueId channel_scale(ValueId x) {
+    const int64_t c = channels(x);
+    ValueId y = b_.add1("Mul", {x, b_.random_constant("scale", {1, c, 1, 1})});
+    return b_.add1("Add", {y, b_.random_constant("shift", {c, 1, 1}, 0.1f)});
+  }
+
+  // A classifier head: global pool, flatten, Gemm (transB, as torch exports Linear), then
+  // Softmax or nothing. Its output is 2-D: nothing reads it but the graph's outputs.
+  ValueId head(ValueId x) {
+    const int64_t c = channels(x);
+    ValueId flat = b_.add1("Flatten", {b_.add1("GlobalAveragePool", {x})}, {{"axis", attr_i(1)}});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c));
+    ValueId logits = b_.add1(
+        "Gemm",
+        {flat, b_.random_constant("fc", {10, c}, scale), b_.random_constant("fcb", {10}, 0.1f)},
+        {{"transB", attr_i(1)}});
+    if (chance(0.5)) logits = b_.add1("Softmax", {logits}, {{"axis", attr_i(1)}});
+    heads_.push_back(logits);
+    return x;
+  }
+
   GraphBuilder b_;
   std::mt19937 rng_;
   std::vector<ValueId> live_;
+  std::vector<ValueId> heads_;  // classifier outputs (2-D), never inputs of blocks
 };
 
 // The graph of `seed`: 4 to 8 blocks.
