@@ -21,6 +21,7 @@ struct BertConfig {
   int64_t ffn = 3072;
   int64_t seq = 128;
   int64_t vocab = 30522;
+  int64_t opset = 13;
 };
 
 constexpr float kLayerNormEps = 1e-12f;
@@ -104,7 +105,7 @@ ValueId embeddings(ModelBuilder& b, ValueId input_ids, const BertConfig& c) {
 }
 
 Graph build_bert(const BertConfig& c, uint64_t seed) {
-  ModelBuilder b(c.name, seed);
+  ModelBuilder b(c.name, seed, c.opset);
   ValueId input_ids = b.input("input_ids", DType::kInt64, {1, c.seq});
   ValueId x = embeddings(b, input_ids, c);
   for (int i = 0; i < c.layers; ++i) {
@@ -132,6 +133,19 @@ Graph bert_tiny(uint64_t seed) {
   c.ffn = 512;
   c.seq = 32;
   c.vocab = 1000;
+  return build_bert(c, seed);
+}
+
+Graph bert_sized(const TransformerSize& size, uint64_t seed) {
+  BertConfig c;
+  c.name = "bert-sized";
+  c.layers = size.layers;
+  c.hidden = size.hidden;
+  c.heads = size.heads;
+  c.ffn = size.ffn;
+  c.seq = size.seq;
+  c.vocab = size.vocab;
+  c.opset = size.opset;
   return build_bert(c, seed);
 }
 

@@ -39,4 +39,20 @@ Graph gpt2_tiny(uint64_t seed);
 Graph vit_b16(uint64_t seed);
 Graph vit_tiny(uint64_t seed);
 
+// The transformer families at a size of the caller's choosing, exported the same way (the
+// differential tests draw random sizes: odd sequence lengths, one head or several, widths off
+// the 16-blocks, both LayerNorm forms). `hidden` must be a multiple of `heads`.
+struct TransformerSize {
+  int layers = 2;
+  int64_t hidden = 64;
+  int64_t heads = 2;
+  int64_t ffn = 256;  // BERT's and ViT's MLP width; GPT-2's is 4 x hidden
+  int64_t seq = 16;   // ViT: 1 + a square number of patches
+  int64_t vocab = 100;
+  int64_t opset = 13;  // LayerNorm decomposed below 17, one LayerNormalization node from 17
+};
+Graph bert_sized(const TransformerSize& size, uint64_t seed);
+Graph gpt2_sized(const TransformerSize& size, uint64_t seed);
+Graph vit_sized(const TransformerSize& size, uint64_t seed);
+
 }  // namespace collage::models

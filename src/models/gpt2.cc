@@ -192,4 +192,17 @@ Graph gpt2_tiny(uint64_t seed) {
   return build_gpt2(c, seed);
 }
 
+Graph gpt2_sized(const TransformerSize& size, uint64_t seed) {
+  Gpt2Config c;
+  c.name = "gpt2-sized";
+  c.layers = size.layers;
+  c.hidden = size.hidden;
+  c.heads = size.heads;
+  c.vocab = size.vocab;
+  c.positions = size.seq + 3;
+  c.seq = size.seq;
+  c.opset = size.opset;
+  return build_gpt2(c, seed);
+}
+
 }  // namespace collage::models

@@ -158,4 +158,20 @@ Graph vit_tiny(uint64_t seed) {
   return build_vit(c, seed);
 }
 
+Graph vit_sized(const TransformerSize& size, uint64_t seed) {
+  VitConfig c;
+  c.name = "vit-sized";
+  int64_t grid = 1;
+  while ((grid + 1) * (grid + 1) <= size.seq - 1) ++grid;
+  c.patch = 4;
+  c.image = grid * c.patch;
+  c.layers = size.layers;
+  c.heads = size.heads;
+  c.hidden = size.hidden;
+  c.mlp = size.ffn;
+  c.classes = 10;
+  c.opset = size.opset;
+  return build_vit(c, seed);
+}
+
 }  // namespace collage::models
