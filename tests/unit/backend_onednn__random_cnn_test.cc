@@ -6,7 +6,7 @@
 // leave no node to the fallback (every op these graphs use is one its regions take) but
 // a bilinear Resize with align_corners: oneDNN's resampling samples at half-pixel centres
 // only (resample_kernel.cc); halide takes that form.
-// COLLAGE_RANDOM_CNN_SEEDS=N runs N graphs (see random_cnn_test.cc).
+// COLLAGE_RANDOM_GRAPHS=N runs N graphs (see random_cnn_test.cc).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -20,7 +20,7 @@ namespace collage {
 namespace {
 
 TEST(OnednnRandomCnn, MatchesReferenceAndOnednnGraphLeavesNoHoles) {
-  for (int seed = 0; seed < testing::random_cnn_seeds(16); ++seed) {
+  for (int seed = 0; seed < testing::random_graph_count(16); ++seed) {
     const Graph g = testing::random_cnn(seed);
     const std::string what = "random CNN seed " + std::to_string(seed) + " (" +
                              std::to_string(g.num_nodes()) + " nodes)";

@@ -107,6 +107,13 @@ inline std::vector<NodeId> expect_session_like_reference(const std::string& back
   }
 }
 
+// How many random graphs a test runs (of each kind): COLLAGE_RANDOM_GRAPHS when set, else
+// `otherwise`.
+inline int random_graph_count(int otherwise) {
+  const char* env = std::getenv("COLLAGE_RANDOM_GRAPHS");
+  return env ? std::max(1, std::atoi(env)) : otherwise;
+}
+
 // Sets an environment variable for one scope and restores what it was (or unsets it), also
 // when an ASSERT leaves the test early.
 class ScopedEnv {

@@ -318,8 +318,9 @@ class RandomCnn {
     return b_.add1("Add", {y, b_.random_constant("shift", {c, 1, 1}, 0.1f)});
   }
 
-  // A classifier head: global pool, flatten, Gemm (transB, as torch exports Linear), then
-  // Softmax or nothing. Its output is 2-D: nothing reads it but the graph's outputs.
+  // A classifier head beside the trunk: global pool, flatten, Gemm (transB, as torch exports
+  // Linear), then Softmax or nothing. Its 2-D output is a graph output (nothing reads it);
+  // the trunk goes on from `x`.
   ValueId head(ValueId x) {
     const int64_t c = channels(x);
     ValueId flat = b_.add1("Flatten", {b_.add1("GlobalAveragePool", {x})}, {{"axis", attr_i(1)}});
@@ -328,26 +329,18 @@ class RandomCnn {
         "Gemm",
         {flat, b_.random_constant("fc", {10, c}, scale), b_.random_constant("fcb", {10}, 0.1f)},
         {{"transB", attr_i(1)}});
-    if (chance(0.5)) logits = b_.add1("Softmax", {logits}, {{"axis", attr_i(1)}});
-    heads_.push_back(logits);
+    if (chance(0.5)) b_.add1("Softmax", {logits}, {{"axis", attr_i(1)}});
     return x;
   }
 
   GraphBuilder b_;
   std::mt19937 rng_;
   std::vector<ValueId> live_;
-  std::vector<ValueId> heads_;  // classifier outputs (2-D), never inputs of blocks
 };
 
 // The graph of `seed`: 4 to 8 blocks.
 inline Graph random_cnn(uint64_t seed) {
   return RandomCnn(seed).build(4 + static_cast<int>(seed % 5));
-}
-
-// How many random graphs a test runs: COLLAGE_RANDOM_CNN_SEEDS when set, else `otherwise`.
-inline int random_cnn_seeds(int otherwise) {
-  const char* env = std::getenv("COLLAGE_RANDOM_CNN_SEEDS");
-  return env ? std::max(1, std::atoi(env)) : otherwise;
 }
 
 }  // namespace collage::testing

@@ -4,8 +4,9 @@
 // stages, as a tuned plan does. It found torch-graph's ReLU6 miscompile (libtorch's
 // optimize_for_inference; TorchGraphBackend.ConvThenReluSixKeepsItsClamp).
 //
-// COLLAGE_RANDOM_CNN_SEEDS=N runs N graphs instead of the default few: a longer campaign is
-// `COLLAGE_RANDOM_CNN_SEEDS=200 build/tests/collage_unit_tests --gtest_filter='RandomCnn*'`.
+// COLLAGE_RANDOM_GRAPHS=N runs N graphs instead of the default few: a longer campaign is
+// `COLLAGE_RANDOM_GRAPHS=200 build/tests/collage_unit_tests
+// --gtest_filter='*RandomCnn*:*RandomTransformer*'`.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,7 +28,7 @@ TEST(RandomCnn, EveryHostBackendMatchesReference) {
   std::vector<std::string> backends;
   for (Backend* b : BackendRegistry::global().all())
     if (!BackendRegistry::global().is_fallback(*b) && !b->device()) backends.push_back(b->name());
-  for (int seed = 100; seed < 100 + testing::random_cnn_seeds(6); ++seed) {
+  for (int seed = 100; seed < 100 + testing::random_graph_count(6); ++seed) {
     const Graph g = testing::random_cnn(seed);
     const std::string what = "random CNN seed " + std::to_string(seed);
     const std::vector<Tensor> inputs = random_inputs(g, seed);
@@ -39,7 +40,7 @@ TEST(RandomCnn, EveryHostBackendMatchesReference) {
 
 TEST(RandomCnn, RandomlyMixedPlansMatchReference) {
   testing::MixedPlans mixed;
-  for (int seed = 200; seed < 200 + testing::random_cnn_seeds(6); ++seed) {
+  for (int seed = 200; seed < 200 + testing::random_graph_count(6); ++seed) {
     const Graph g = testing::random_cnn(seed);
     const std::vector<Tensor> inputs = random_inputs(g, seed);
     mixed.expect_like_reference(g, inputs, Session(g, SessionOptions{}).run(inputs), seed,

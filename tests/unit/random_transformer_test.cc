@@ -5,7 +5,7 @@
 // what reference computes. The attention, LayerNorm, GELU and glue kernels (issue 16) meet
 // shapes the zoo's fixed sizes never give them.
 //
-// COLLAGE_RANDOM_CNN_SEEDS=N runs N of each family instead of the default few.
+// COLLAGE_RANDOM_GRAPHS=N runs N of each family instead of the default few.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -16,7 +16,6 @@
 #include "collage/backend.h"
 #include "collage/session.h"
 #include "models/families.h"
-#include "random_cnn.h"
 #include "random_plan.h"
 
 namespace collage {
@@ -67,7 +66,7 @@ TEST(RandomTransformer, EveryHostBackendMatchesReference) {
   for (Backend* b : BackendRegistry::global().all())
     if (!BackendRegistry::global().is_fallback(*b) && !b->device()) backends.push_back(b->name());
   for (const Family& family : kFamilies) {
-    for (int seed = 0; seed < testing::random_cnn_seeds(2); ++seed) {
+    for (int seed = 0; seed < testing::random_graph_count(2); ++seed) {
       std::mt19937 rng(static_cast<unsigned>(seed));
       const models::TransformerSize size = random_size(rng, family.build == models::vit_sized);
       const Graph g = family.build(size, seed);
@@ -84,7 +83,7 @@ TEST(RandomTransformer, EveryHostBackendMatchesReference) {
 TEST(RandomTransformer, RandomlyMixedPlansMatchReference) {
   testing::MixedPlans mixed;
   for (const Family& family : kFamilies) {
-    for (int seed = 100; seed < 100 + testing::random_cnn_seeds(3); ++seed) {
+    for (int seed = 100; seed < 100 + testing::random_graph_count(3); ++seed) {
       std::mt19937 rng(static_cast<unsigned>(seed));
       const models::TransformerSize size = random_size(rng, family.build == models::vit_sized);
       const Graph g = family.build(size, seed);
