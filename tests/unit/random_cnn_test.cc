@@ -17,6 +17,7 @@
 
 #include "backend_test_util.h"
 #include "collage/backend.h"
+#include "collage/model.h"
 #include "collage/session.h"
 #include "random_cnn.h"
 #include "random_plan.h"
@@ -49,6 +50,23 @@ TEST(RandomCnn, RandomlyMixedPlansMatchReference) {
   // What the test is for: plans that mix backends and run steps concurrently.
   EXPECT_GE(mixed.most_backends, 4u);
   EXPECT_GT(mixed.concurrent_plans, 0u);
+}
+
+// What a user's ONNX file goes through: the graph written as ONNX and loaded back runs the
+// import passes (identity removal, constant folding, BatchNorm folding into convs, dead-code
+// removal) on shapes and neighbourhoods no hand-written test lists; the loaded graph must
+// compute what the original does, on reference and on onednn-graph.
+TEST(RandomCnn, ImportPassesKeepWhatTheGraphComputes) {
+  for (int seed = 300; seed < 300 + testing::random_graph_count(8); ++seed) {
+    const Graph g = testing::random_cnn(seed);
+    const std::string what = "random CNN seed " + std::to_string(seed) + " through ONNX";
+    const std::vector<Tensor> inputs = random_inputs(g, seed);
+    const std::vector<Tensor> want = Session(g, SessionOptions{}).run(inputs);
+    const Graph loaded = load_model_from_bytes(model_to_bytes(g), "");
+    EXPECT_TRUE(testing::outputs_match(Session(loaded, SessionOptions{}).run(inputs), want))
+        << what;
+    testing::expect_session_like_reference("onednn-graph", loaded, 2, inputs, want, what);
+  }
 }
 
 }  // namespace

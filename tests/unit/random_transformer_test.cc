@@ -14,6 +14,7 @@
 
 #include "backend_test_util.h"
 #include "collage/backend.h"
+#include "collage/model.h"
 #include "collage/session.h"
 #include "models/families.h"
 #include "random_plan.h"
@@ -93,6 +94,25 @@ TEST(RandomTransformer, RandomlyMixedPlansMatchReference) {
     }
   }
   EXPECT_GE(mixed.most_backends, 4u);
+}
+
+// Written as ONNX and loaded back (the import passes: identities, constant folding, dead
+// code), each computes what it did before, on reference and on onednn.
+TEST(RandomTransformer, ImportPassesKeepWhatTheGraphComputes) {
+  for (const Family& family : kFamilies) {
+    for (int seed = 200; seed < 200 + testing::random_graph_count(3); ++seed) {
+      std::mt19937 rng(static_cast<unsigned>(seed));
+      const models::TransformerSize size = random_size(rng, family.build == models::vit_sized);
+      const Graph g = family.build(size, seed);
+      const std::string what = described(family, size, seed) + " through ONNX";
+      const std::vector<Tensor> inputs = inputs_of(g, size.vocab, seed);
+      const std::vector<Tensor> want = Session(g, SessionOptions{}).run(inputs);
+      const Graph loaded = load_model_from_bytes(model_to_bytes(g), "");
+      EXPECT_TRUE(testing::outputs_match(Session(loaded, SessionOptions{}).run(inputs), want))
+          << what;
+      testing::expect_session_like_reference("onednn", loaded, 2, inputs, want, what);
+    }
+  }
 }
 
 }  // namespace
