@@ -1,12 +1,13 @@
 // Random convolutional networks for differential tests: DAGs of the ops real CNNs are made
 // of (convolutions of every common window, stride, grouping; batch norm; the usual
 // activations; residual sums; inception-style branches joined by Concat; pools; squeeze-
-// excitation; channel splits and shuffles; explicit Pad), in random orders, shapes and
-// channel counts (some of whole 16-channel blocks, some not). Every backend rewrite that
-// looks at a neighbourhood of ops (post-op fusion, concat splitting, in-place concat, pad
-// folding, squeeze-excitation, depthwise fusion, concurrent lanes) meets its patterns here
-// in combinations no hand-written test lists; the test compares each backend with
-// reference on them. Weights are scaled by 1/sqrt(fan-in) so values stay O(1) through depth.
+// excitation; channel splits and shuffles; explicit Pad; ConvNeXt's channels-last LayerNorm
+// and MLP), in random orders, shapes and channel counts (some of whole 16-channel blocks,
+// some not). Every backend rewrite that looks at a neighbourhood of ops (post-op fusion,
+// concat splitting, in-place concat, pad folding, squeeze-excitation, depthwise fusion,
+// concurrent lanes) meets its patterns here in combinations no hand-written test lists; the
+// tests compare each backend with reference on them. Weights are scaled by 1/sqrt(fan-in)
+// so values stay O(1) through depth.
 #pragma once
 
 #include <algorithm>
@@ -62,7 +63,7 @@ class RandomCnn {
   int64_t channels(ValueId v) { return shape(v)[1]; }
 
   ValueId block(ValueId x) {
-    switch (index(17)) {
+    switch (index(18)) {
       case 0:
         return inception(x);
       case 1:
@@ -96,6 +97,8 @@ class RandomCnn {
                        {conv(x, 16, 3, 1, 1), b_.random_constant("slope", {16, 1, 1}, 0.3f)});
       case 15:
         return head(x);
+      case 16:
+        return convnext(x);
       default:
         return conv_act(x, pick<int64_t>({8, 16, 24, 32, 40, 48, 64}), pick<int64_t>({1, 3, 5}),
                         shape(x)[2] >= 6 && chance(0.3) ? 2 : 1);
@@ -331,6 +334,34 @@ class RandomCnn {
         {{"transB", attr_i(1)}});
     if (chance(0.5)) b_.add1("Softmax", {logits}, {{"axis", attr_i(1)}});
     return x;
+  }
+
+  // ConvNeXt's block: depthwise 7x7, channels last (Transpose), LayerNorm over channels
+  // (one node or decomposed), Linear (MatMul + Add) x4, GELU, Linear back, a per-channel
+  // layer scale, channels first again, plus the input.
+  ValueId convnext(ValueId x) {
+    const int64_t c = channels(x);
+    ValueId d = conv(x, c, 7, 1, c);
+    ValueId t = b_.add1("Transpose", {d}, {{"perm", attr_ints({0, 2, 3, 1})}});
+    ValueId n;
+    if (chance(0.5)) {
+      n = b_.add1("LayerNormalization",
+                  {t, b_.random_constant("gamma", {c}), b_.random_constant("beta", {c}, 0.1f)},
+                  {{"axis", attr_i(-1)}, {"epsilon", attr_f(1e-6f)}});
+    } else {
+      n = decomposed_layer_norm(b_, t, c, 1e-6f);
+    }
+    auto linear = [&](ValueId v, int64_t in, int64_t out) {
+      const float scale = 1.0f / std::sqrt(static_cast<float>(in));
+      ValueId m = b_.add1("MatMul", {v, b_.random_constant("fc", {in, out}, 1.7f * scale)});
+      return b_.add1("Add", {b_.random_constant("fcb", {out}, 0.1f), m});
+    };
+    ValueId h = linear(n, c, 4 * c);
+    h = chance(0.5) ? erf_gelu(b_, h) : b_.add1("Relu", {h});
+    h = linear(h, 4 * c, c);
+    h = b_.add1("Mul", {b_.random_constant("layer_scale", {c}, 0.5f), h});
+    ValueId back = b_.add1("Transpose", {h}, {{"perm", attr_ints({0, 3, 1, 2})}});
+    return b_.add1("Add", {x, back});
   }
 
   GraphBuilder b_;
