@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "collage/backend.h"
+#include "collage/model.h"
 #include "collage/session.h"
 #include "graph_builder.h"
 #include "util/compare.h"
@@ -105,6 +106,19 @@ inline std::vector<NodeId> expect_session_like_reference(const std::string& back
     ADD_FAILURE() << backend << ", " << threads << " threads, " << what << ": " << e.what();
     return {};
   }
+}
+
+// `g` written as ONNX and read back, so that the import passes (identity removal, constant
+// and BatchNorm folding, dead code) run on it, still computes `want` (its outputs on
+// `inputs`): on reference, and on `backend` as expect_session_like_reference runs it.
+inline void expect_onnx_round_trip_like_reference(const Graph& g, const std::string& backend,
+                                                  const std::vector<Tensor>& inputs,
+                                                  const std::vector<Tensor>& want,
+                                                  const std::string& what) {
+  const Graph loaded = load_model_from_bytes(model_to_bytes(g), "");
+  EXPECT_TRUE(outputs_match(Session(loaded, SessionOptions{}).run(inputs), want))
+      << "reference, " << what << " through ONNX";
+  expect_session_like_reference(backend, loaded, 2, inputs, want, what + " through ONNX");
 }
 
 // How many random graphs a test runs (of each kind): COLLAGE_RANDOM_GRAPHS when set, else

@@ -17,7 +17,6 @@
 
 #include "backend_test_util.h"
 #include "collage/backend.h"
-#include "collage/model.h"
 #include "collage/session.h"
 #include "random_cnn.h"
 #include "random_plan.h"
@@ -59,13 +58,10 @@ TEST(RandomCnn, RandomlyMixedPlansMatchReference) {
 TEST(RandomCnn, ImportPassesKeepWhatTheGraphComputes) {
   for (int seed = 300; seed < 300 + testing::random_graph_count(8); ++seed) {
     const Graph g = testing::random_cnn(seed);
-    const std::string what = "random CNN seed " + std::to_string(seed) + " through ONNX";
     const std::vector<Tensor> inputs = random_inputs(g, seed);
-    const std::vector<Tensor> want = Session(g, SessionOptions{}).run(inputs);
-    const Graph loaded = load_model_from_bytes(model_to_bytes(g), "");
-    EXPECT_TRUE(testing::outputs_match(Session(loaded, SessionOptions{}).run(inputs), want))
-        << what;
-    testing::expect_session_like_reference("onednn-graph", loaded, 2, inputs, want, what);
+    testing::expect_onnx_round_trip_like_reference(g, "onednn-graph", inputs,
+                                                   Session(g, SessionOptions{}).run(inputs),
+                                                   "random CNN seed " + std::to_string(seed));
   }
 }
 

@@ -14,7 +14,6 @@
 
 #include "backend_test_util.h"
 #include "collage/backend.h"
-#include "collage/model.h"
 #include "collage/session.h"
 #include "models/families.h"
 #include "random_plan.h"
@@ -44,22 +43,29 @@ models::TransformerSize random_size(std::mt19937& rng, bool vit) {
   return s;
 }
 
-// Random inputs with token ids anywhere in the vocabulary.
-std::vector<Tensor> inputs_of(const Graph& g, int64_t vocab, uint64_t seed) {
-  std::vector<Tensor> inputs = random_inputs(g, seed);
-  std::mt19937_64 rng(seed);
-  for (Tensor& t : inputs)
+// One random transformer: its graph, inputs (token ids anywhere in the vocabulary) and a
+// description for failures.
+struct Case {
+  Graph graph;
+  std::vector<Tensor> inputs;
+  std::string what;
+};
+
+Case case_of(const Family& family, int seed) {
+  std::mt19937 rng(static_cast<unsigned>(seed));
+  const models::TransformerSize s = random_size(rng, family.build == models::vit_sized);
+  Case c{family.build(s, seed), {}, ""};
+  c.inputs = random_inputs(c.graph, seed);
+  std::mt19937_64 ids(seed);
+  for (Tensor& t : c.inputs)
     if (t.dtype() == DType::kInt64)
       for (int64_t& id : t.span<int64_t>())
-        id = static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab));
-  return inputs;
-}
-
-std::string described(const Family& f, const models::TransformerSize& s, int seed) {
-  return std::string(f.name) + " seed " + std::to_string(seed) + " (" + std::to_string(s.layers) +
-         " layers, hidden " + std::to_string(s.hidden) + ", " + std::to_string(s.heads) +
-         " heads, ffn " + std::to_string(s.ffn) + ", seq " + std::to_string(s.seq) + ", opset " +
-         std::to_string(s.opset) + ")";
+        id = static_cast<int64_t>(ids() % static_cast<uint64_t>(s.vocab));
+  c.what = std::string(family.name) + " seed " + std::to_string(seed) + " (" +
+           std::to_string(s.layers) + " layers, hidden " + std::to_string(s.hidden) + ", " +
+           std::to_string(s.heads) + " heads, ffn " + std::to_string(s.ffn) + ", seq " +
+           std::to_string(s.seq) + ", opset " + std::to_string(s.opset) + ")";
+  return c;
 }
 
 TEST(RandomTransformer, EveryHostBackendMatchesReference) {
@@ -68,15 +74,11 @@ TEST(RandomTransformer, EveryHostBackendMatchesReference) {
     if (!BackendRegistry::global().is_fallback(*b) && !b->device()) backends.push_back(b->name());
   for (const Family& family : kFamilies) {
     for (int seed = 0; seed < testing::random_graph_count(2); ++seed) {
-      std::mt19937 rng(static_cast<unsigned>(seed));
-      const models::TransformerSize size = random_size(rng, family.build == models::vit_sized);
-      const Graph g = family.build(size, seed);
-      const std::vector<Tensor> inputs = inputs_of(g, size.vocab, seed);
-      const std::vector<Tensor> want = Session(g, SessionOptions{}).run(inputs);
+      const Case c = case_of(family, seed);
+      const std::vector<Tensor> want = Session(c.graph, SessionOptions{}).run(c.inputs);
       for (const std::string& backend : backends)
         for (int threads : {1, 2})
-          testing::expect_session_like_reference(backend, g, threads, inputs, want,
-                                                 described(family, size, seed));
+          testing::expect_session_like_reference(backend, c.graph, threads, c.inputs, want, c.what);
     }
   }
 }
@@ -85,12 +87,9 @@ TEST(RandomTransformer, RandomlyMixedPlansMatchReference) {
   testing::MixedPlans mixed;
   for (const Family& family : kFamilies) {
     for (int seed = 100; seed < 100 + testing::random_graph_count(3); ++seed) {
-      std::mt19937 rng(static_cast<unsigned>(seed));
-      const models::TransformerSize size = random_size(rng, family.build == models::vit_sized);
-      const Graph g = family.build(size, seed);
-      const std::vector<Tensor> inputs = inputs_of(g, size.vocab, seed);
-      mixed.expect_like_reference(g, inputs, Session(g, SessionOptions{}).run(inputs), seed,
-                                  described(family, size, seed));
+      const Case c = case_of(family, seed);
+      mixed.expect_like_reference(c.graph, c.inputs,
+                                  Session(c.graph, SessionOptions{}).run(c.inputs), seed, c.what);
     }
   }
   EXPECT_GE(mixed.most_backends, 4u);
@@ -101,16 +100,9 @@ TEST(RandomTransformer, RandomlyMixedPlansMatchReference) {
 TEST(RandomTransformer, ImportPassesKeepWhatTheGraphComputes) {
   for (const Family& family : kFamilies) {
     for (int seed = 200; seed < 200 + testing::random_graph_count(3); ++seed) {
-      std::mt19937 rng(static_cast<unsigned>(seed));
-      const models::TransformerSize size = random_size(rng, family.build == models::vit_sized);
-      const Graph g = family.build(size, seed);
-      const std::string what = described(family, size, seed) + " through ONNX";
-      const std::vector<Tensor> inputs = inputs_of(g, size.vocab, seed);
-      const std::vector<Tensor> want = Session(g, SessionOptions{}).run(inputs);
-      const Graph loaded = load_model_from_bytes(model_to_bytes(g), "");
-      EXPECT_TRUE(testing::outputs_match(Session(loaded, SessionOptions{}).run(inputs), want))
-          << what;
-      testing::expect_session_like_reference("onednn", loaded, 2, inputs, want, what);
+      const Case c = case_of(family, seed);
+      testing::expect_onnx_round_trip_like_reference(
+          c.graph, "onednn", c.inputs, Session(c.graph, SessionOptions{}).run(c.inputs), c.what);
     }
   }
 }
