@@ -79,6 +79,15 @@ inline void expect_unsupported(Backend& backend, const Graph& g, const std::stri
   }
 }
 
+// Every available backend that computes on the host, but the fallback.
+inline std::vector<std::string> host_backends() {
+  std::vector<std::string> names;
+  for (Backend* b : BackendRegistry::global().all())
+    if (!BackendRegistry::global().is_fallback(*b) && !b->device() && b->available())
+      names.push_back(b->name());
+  return names;
+}
+
 // Runs `g` in a Session where `backend` takes the nodes it can and the fallback the rest
 // (strict: a compile error other than a refusal fails, as `collage run --backend NAME
 // --strict`), on `threads`, and expects `want` (reference's outputs on `inputs`). Returns

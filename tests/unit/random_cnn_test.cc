@@ -25,9 +25,7 @@ namespace collage {
 namespace {
 
 TEST(RandomCnn, EveryHostBackendMatchesReference) {
-  std::vector<std::string> backends;
-  for (Backend* b : BackendRegistry::global().all())
-    if (!BackendRegistry::global().is_fallback(*b) && !b->device()) backends.push_back(b->name());
+  const std::vector<std::string> backends = testing::host_backends();
   for (int seed = 100; seed < 100 + testing::random_graph_count(6); ++seed) {
     const Graph g = testing::random_cnn(seed);
     const std::string what = "random CNN seed " + std::to_string(seed);

@@ -69,9 +69,7 @@ Case case_of(const Family& family, int seed) {
 }
 
 TEST(RandomTransformer, EveryHostBackendMatchesReference) {
-  std::vector<std::string> backends;
-  for (Backend* b : BackendRegistry::global().all())
-    if (!BackendRegistry::global().is_fallback(*b) && !b->device()) backends.push_back(b->name());
+  const std::vector<std::string> backends = testing::host_backends();
   for (const Family& family : kFamilies) {
     for (int seed = 0; seed < testing::random_graph_count(2); ++seed) {
       const Case c = case_of(family, seed);
