@@ -357,42 +357,42 @@ std::unique_ptr<Kernel> compile_region(const Graph& g) {
       module.register_attribute(name, c10::TensorType::get(), tensor);
     module.define(source);
     module.eval();
+    // Buffers of the region's outputs (or inputs), zeros.
+    auto buffers = [&](const std::vector<ValueId>& values) {
+      std::vector<Tensor> out;
+      for (ValueId v : values) out.emplace_back(g.value(v).dtype, g.value(v).shape);
+      return out;
+    };
     // The profiling executor specialises the graph over its first runs: they are done here,
     // on zeros, so that measurements and the first real run see the optimised graph (and so
     // that anything ATen refuses is refused at compile).
-    auto warmed = [&](torch::jit::Module m) {
-      auto k = std::make_unique<ScriptKernel>(std::move(m));
-      std::vector<Tensor> inputs, outputs;
-      for (ValueId v : g.inputs) inputs.emplace_back(g.value(v).dtype, g.value(v).shape);
-      for (ValueId v : g.outputs) outputs.emplace_back(g.value(v).dtype, g.value(v).shape);
-      for (int i = 0; i < 3; ++i) k->run(inputs, outputs);
-      return k;
+    auto warm = [&](Kernel& k) {
+      const std::vector<Tensor> inputs = buffers(g.inputs), outputs = buffers(g.outputs);
+      for (int i = 0; i < 3; ++i) k.run(inputs, outputs);
     };
     // Frozen twice: optimize_for_inference rewrites the graph it is given.
-    torch::jit::Module frozen = torch::jit::freeze(module);
+    auto plain = std::make_unique<ScriptKernel>(torch::jit::freeze(module));
     try {
       torch::jit::Module optimised = torch::jit::freeze(module);
-      kernel = warmed(torch::jit::optimize_for_inference(optimised));
+      kernel = std::make_unique<ScriptKernel>(torch::jit::optimize_for_inference(optimised));
+      warm(*kernel);
     } catch (const c10::Error&) {
       // Some regions have nothing the pass can do and it refuses them; frozen is fine.
     }
-    if (!kernel) return warmed(std::move(frozen));
     // optimize_for_inference miscompiles some graphs in Debian's libtorch 1.13: a Conv
     // followed by torch.clamp(x, 0.0, 6.0) (ONNX Clip, ReLU6) ran without the clamp, silently
     // (found by the random-CNN differential test, tests/unit/random_cnn_test.cc). So the
-    // optimised module must compute what the plain frozen one does on random inputs, or the
-    // plain one is used.
-    std::unique_ptr<Kernel> plain = warmed(std::move(frozen));
-    const std::vector<Tensor> inputs = random_inputs(g, 11);
-    std::vector<Tensor> got, want;
-    for (ValueId v : g.outputs) {
-      got.emplace_back(g.value(v).dtype, g.value(v).shape);
-      want.emplace_back(g.value(v).dtype, g.value(v).shape);
+    // optimised module must compute what the plain frozen one does on random inputs (one run
+    // of the plain one: it is warmed only where it is kept), or the plain one is used.
+    if (kernel) {
+      const std::vector<Tensor> inputs = random_inputs(g, 11);
+      std::vector<Tensor> got = buffers(g.outputs), want = buffers(g.outputs);
+      kernel->run(inputs, got);
+      plain->run(inputs, want);
+      if (compare_outputs(got, want, Tolerance::backend_vs_reference()).empty()) return kernel;
     }
-    kernel->run(inputs, got);
-    plain->run(inputs, want);
-    if (!compare_outputs(got, want, Tolerance::backend_vs_reference()).empty())
-      kernel = std::move(plain);
+    warm(*plain);
+    kernel = std::move(plain);
   } catch (const c10::Error& e) {
     fail(ErrorKind::kUnsupported, "torch-graph: {}\n{}", e.what_without_backtrace(), source);
   } catch (const Error& e) {
