@@ -105,8 +105,13 @@ class BlasBackend : public Backend {
  public:
   std::string name() const override { return "blas"; }
   // Part of every cost key: a change to how kernels run re-measures them. r1: a one-row
-  // GEMM runs as sgemv (gemm_kernel.cc).
-  std::string version() const override { return openblas_version() + "+r1"; }
+  // GEMM runs as sgemv (gemm_kernel.cc). The kernel OpenBLAS picked is part of it too: these
+  // machines export OPENBLAS_CORETYPE=Haswell, and a vit-tiny plan tuned without it (blas
+  // GEMMs of 3 us each) ran 0.28 ms with it against 0.06 ms: costs measured under one
+  // kernel must not be reused under the other, and a plan run under another kernel warns.
+  std::string version() const override {
+    return openblas_version() + "+r1 " + openblas_kernel();
+  }
   std::string thread_model() const override { return "OpenBLAS pthreads"; }
   std::vector<std::string> details() const override { return openblas_details(); }
 

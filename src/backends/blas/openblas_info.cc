@@ -31,9 +31,14 @@ std::string openblas_version() {
   return version.empty() ? "unknown" : version;
 }
 
+std::string openblas_kernel() {
+  const char* core = openblas_get_corename();
+  return core && *core ? core : "unknown";
+}
+
 std::vector<std::string> openblas_details() {
   std::vector<std::string> lines = {
-      fmt::format("kernel: {}", openblas_get_corename()),
+      fmt::format("kernel: {}", openblas_kernel()),
       fmt::format("config: {}", openblas_get_config()),
       fmt::format("threads: {}", openblas_get_num_threads()),
       openmp_waits_passively()

@@ -9,6 +9,9 @@ namespace collage::blas {
 
 // "0.3.21", parsed from openblas_get_config().
 std::string openblas_version();
+// The kernel (core) OpenBLAS runs, "Cooperlake": chosen when the library loads, from the CPU
+// or from OPENBLAS_CORETYPE where that is set.
+std::string openblas_kernel();
 // Lines for `collage backends`: the kernel in use, the build config, and a hint when
 // OPENBLAS_CORETYPE forces a kernel (these machines export Haswell, half speed on AVX-512).
 std::vector<std::string> openblas_details();
