@@ -109,9 +109,7 @@ class BlasBackend : public Backend {
   // machines export OPENBLAS_CORETYPE=Haswell, and a vit-tiny plan tuned without it (blas
   // GEMMs of 3 us each) ran 0.28 ms with it against 0.06 ms: costs measured under one
   // kernel must not be reused under the other, and a plan run under another kernel warns.
-  std::string version() const override {
-    return openblas_version() + "+r1 " + openblas_kernel();
-  }
+  std::string version() const override { return openblas_version() + "+r1 " + openblas_kernel(); }
   std::string thread_model() const override { return "OpenBLAS pthreads"; }
   std::vector<std::string> details() const override { return openblas_details(); }
 
