@@ -2,15 +2,16 @@
 // question behind issue 17's concurrent stages (lanes.h): a stage runs each lane's primitives
 // on one thread, beside the other lane. For each shape (GoogLeNet's and Inception-v3's
 // branch convolutions, channels-last as in a region) it times, medians of 100:
-//   narrow   the conv on one thread of a team whose other thread idles (as program_lanes.cc does);
+//   wide     the conv on every thread (2 here), alone;
+//   narrow   the conv on one thread of a team whose other thread idles (as program_lanes.cc
+//            does);
 //   co-run   two copies (own buffers) at once, one per thread: the slower copy's time;
-// and prints co-run / narrow, the interference. Caches are warm (each conv runs 200 times).
-// Left out: the wide (every-thread) time beside them. Timed right after the nested teams of a
-// co-run, the wide conv of some shapes took 4-8 ms instead of 0.05-0.9 ms on this VM, even
-// with its workers woken first (`run --profile` shows no such stall in models, whose wide
-// steps follow wide steps); `COLLAGE_ONEDNN_LANES=verbose` reports wide and narrow per step.
+// and prints co-run / narrow (the interference) and co-run / (2 x wide) (a stage of two such
+// convs against the two one after another on every thread). `--cold` reads 64 MiB before
+// each sample, so weights and activations come from memory, as in a model bigger than the L3.
+// Run it on an otherwise idle machine: a busy core stalls a two-thread team for a time slice.
 //
-//   build/bench/bench_onednn_corun
+//   build/bench/bench_onednn_corun [--cold]
 #include <omp.h>
 #include <dnnl.hpp>
 
@@ -73,27 +74,30 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Wakes the OpenMP workers before a sample. After a few ms alone (a shape's set-up) they
-// have gone to sleep, and waking a sleeping vCPU of this VM took 4-8 ms: a
-// 0.07 ms wide conv timed 5-8 ms. In a model the steps come back to back and the workers
-// spin between them.
-void wake_team() {
-#pragma omp parallel num_threads(2)
-  {}
+// Reads and writes 64 MiB (more than this VM's L3), so what the next sample reads comes
+// from memory.
+void evict() {
+  static std::vector<float> junk(size_t{64} << 18, 1.0f);
+  for (size_t i = 0; i < junk.size(); i += 16) junk[i] += 1.0f;
 }
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool cold = argc > 1 && !std::strcmp(argv[1], "--cold");
   const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream first(engine), second(engine);
-  std::printf("%d threads, warm caches; ms, medians of 100\n", omp_get_max_threads());
-  std::printf("%-22s %8s %8s %10s\n", "conv", "narrow", "co-run", "co/narrow");
+  std::printf("%d threads, %s caches; ms, medians of 100\n", omp_get_max_threads(),
+              cold ? "cold" : "warm");
+  std::printf("%-22s %8s %8s %8s %10s %14s\n", "conv", "wide", "narrow", "co-run", "co/narrow",
+              "co/(2 x wide)");
   for (const Shape& s : kShapes) {
     Conv a = make_conv(engine, s), b = make_conv(engine, s);
-    std::vector<double> narrow, corun;
+    std::vector<double> wide, narrow, corun;
     for (int r = 0; r < 100; ++r) {
-      wake_team();
+      if (cold) evict();
+      wide.push_back(time_ms(a, first));
+      if (cold) evict();
       double alone = 0;
 #pragma omp parallel num_threads(2)
       if (omp_get_thread_num() == 0) {
@@ -102,7 +106,7 @@ int main() {
         alone = time_ms(a, first);
       }
       narrow.push_back(alone);
-      wake_team();
+      if (cold) evict();
       double t[2] = {0, 0};
 #pragma omp parallel num_threads(2)
       {
@@ -114,7 +118,7 @@ int main() {
     }
     char name[64];
     std::snprintf(name, sizeof name, "%d->%d %dx%d k%d", s.ic, s.oc, s.hw, s.hw, s.k);
-    const double n = median(narrow), c = median(corun);
-    std::printf("%-22s %8.4f %8.4f %9.2fx\n", name, n, c, c / n);
+    const double w = median(wide), n = median(narrow), c = median(corun);
+    std::printf("%-22s %8.4f %8.4f %8.4f %9.2fx %13.2fx\n", name, w, n, c, c / n, c / (2 * w));
   }
 }
