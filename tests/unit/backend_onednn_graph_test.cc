@@ -3,6 +3,7 @@
 // produced for outside, whole tiny models as one region, and what it must refuse.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 #include <string>
 
@@ -301,6 +302,37 @@ TEST(OnednnGraphBackend, StridedSlicesAndConstantGathersInRegion) {
     const Graph& g = b.graph();
     expect_like_reference(g, "strided slice and gathers, trial " + std::to_string(trial));
     testing::expect_no_reference_primitive(*onednn::compile_region(g), "strided cuts");
+  }
+}
+
+// Reductions over other axes than the spatial ones stay in the region (oneDNN's reduction
+// primitive): CBAM's spatial attention (channel mean and max of a conv's output, joined, a 7x7
+// conv, Sigmoid, times the input), a mean over tokens without keepdims, sums over everything
+// and over the last axis, a min over two axes. They ran on the fallback before, and cut the region
+// around them.
+TEST(OnednnGraphBackend, ReductionsOverAnyAxesInRegion) {
+  std::mt19937 rng(19);
+  for (int trial = 0; trial < 4; ++trial) {
+    GraphBuilder b;
+    const int64_t c = trial % 2 ? 16 * pick(rng, 1, 3) : pick(rng, 3, 30), hw = pick(rng, 5, 14);
+    ValueId x = b.input("x", DType::kFloat32, {pick(rng, 1, 2), c, hw, hw});
+    ValueId y = b.add1("Relu", {conv(b, x, c, c, 3)});
+    const std::map<std::string, Attribute> over_channels = {{"axes", attr_ints({1})},
+                                                            {"keepdims", attr_i(1)}};
+    ValueId pooled =
+        b.add1("Concat",
+               {b.add1("ReduceMean", {y}, over_channels), b.add1("ReduceMax", {y}, over_channels)},
+               {{"axis", attr_i(1)}});
+    ValueId gate = b.add1("Sigmoid", {conv(b, pooled, 2, 1, 7)});
+    b.output(b.add1("Mul", {y, gate}));
+    ValueId tokens = b.add1("Relu", {b.input("tokens", DType::kFloat32, {1, hw, c})});
+    b.output(b.add1("ReduceMean", {tokens}, {{"axes", attr_ints({1})}, {"keepdims", attr_i(0)}}));
+    b.output(b.add1("ReduceSum", {tokens}, {{"keepdims", attr_i(0)}}));
+    b.output(b.add1("ReduceSum", {tokens, ints(b, "last", {-1})}));  // opset 13+: an input
+    b.output(b.add1("ReduceMin", {y}, {{"axes", attr_ints({-1, 1})}}));
+    const Graph& g = b.graph();
+    expect_like_reference(g, "reductions, trial " + std::to_string(trial));
+    testing::expect_no_reference_primitive(*onednn::compile_region(g), "reductions");
   }
 }
 

@@ -2,12 +2,13 @@
 // of (convolutions of every common window, stride, grouping; batch norm; the usual
 // activations; residual sums; inception-style branches joined by Concat; pools; squeeze-
 // excitation; channel splits and shuffles; explicit Pad; ConvNeXt's channels-last LayerNorm
-// and MLP), in random orders, shapes and channel counts (some of whole 16-channel blocks,
-// some not). Every backend rewrite that looks at a neighbourhood of ops (post-op fusion,
-// concat splitting, in-place concat, pad folding, squeeze-excitation, depthwise fusion,
-// concurrent lanes) meets its patterns here in combinations no hand-written test lists; the
-// tests compare each backend with reference on them. Weights are scaled by 1/sqrt(fan-in)
-// so values stay O(1) through depth.
+// and MLP; Inception-v3's 1xk / kx1 pairs; ResNeXt's grouped convs; depthwise channel
+// multipliers; CBAM's spatial attention; TensorFlow exports' asymmetric SAME padding), in
+// random orders, shapes and channel counts (some of whole 16-channel blocks, some not). Every
+// backend rewrite that looks at a neighbourhood of ops (post-op fusion, concat splitting, in-place
+// concat, pad folding, squeeze-excitation, depthwise fusion, concurrent lanes) meets its patterns
+// here in combinations no hand-written test lists; the tests compare each backend with reference on
+// them. Weights are scaled by 1/sqrt(fan-in) so values stay O(1) through depth.
 #pragma once
 
 #include <algorithm>
@@ -63,7 +64,7 @@ class RandomCnn {
   int64_t channels(ValueId v) { return shape(v)[1]; }
 
   ValueId block(ValueId x) {
-    switch (index(18)) {
+    switch (index(23)) {
       case 0:
         return inception(x);
       case 1:
@@ -99,6 +100,16 @@ class RandomCnn {
         return head(x);
       case 16:
         return convnext(x);
+      case 17:
+        return asymmetric_pair(x);
+      case 18:
+        return grouped_bottleneck(x);
+      case 19:
+        return activation(conv(x, channels(x) * pick<int64_t>({2, 4}), 3, 1, channels(x)));
+      case 20:
+        return spatial_attention(x);
+      case 21:
+        return tf_same(x);
       default:
         return conv_act(x, pick<int64_t>({8, 16, 24, 32, 40, 48, 64}), pick<int64_t>({1, 3, 5}),
                         shape(x)[2] >= 6 && chance(0.3) ? 2 : 1);
@@ -122,7 +133,7 @@ class RandomCnn {
   }
 
   ValueId activation(ValueId x) {
-    switch (index(8)) {
+    switch (index(9)) {
       case 0:
       case 1:
         return b_.add1("Relu", {x});
@@ -137,6 +148,8 @@ class RandomCnn {
         return b_.add1("LeakyRelu", {x}, {{"alpha", attr_f(0.1f)}});
       case 6:
         return b_.add1("Sigmoid", {x});
+      case 7:
+        return b_.add1("Tanh", {x});
       default:
         return x;
     }
@@ -306,6 +319,8 @@ class RandomCnn {
         {{"kernel_shape", attr_ints({k, k})},
          {"strides", attr_ints({2, 2})},
          {"pads", attr_ints({p, p, p, p})}});
+    // A GAN generator's layer: ConvTranspose, BatchNorm, ReLU (or Tanh at its output).
+    if (chance(0.4)) y = batch_norm(b_, y, out);
     return activation(y);
   }
 
@@ -362,6 +377,81 @@ class RandomCnn {
     h = b_.add1("Mul", {b_.random_constant("layer_scale", {c}, 0.5f), h});
     ValueId back = b_.add1("Transpose", {h}, {{"perm", attr_ints({0, 3, 1, 2})}});
     return b_.add1("Add", {x, back});
+  }
+
+  // A conv of any window, pads and stride per axis (the other helpers are square).
+  ValueId conv2(ValueId x, int64_t out_channels, std::vector<int64_t> kernel,
+                std::vector<int64_t> pads, std::vector<int64_t> strides, int64_t group = 1) {
+    const int64_t in_channels = channels(x);
+    const float scale =
+        1.0f / std::sqrt(static_cast<float>(in_channels / group * kernel[0] * kernel[1]));
+    ValueId w = b_.random_constant("w", {out_channels, in_channels / group, kernel[0], kernel[1]},
+                                   1.7f * scale);
+    return b_.add1("Conv", {x, w, b_.random_constant("b", {out_channels}, 0.1f)},
+                   {{"kernel_shape", attr_ints(kernel)},
+                    {"strides", attr_ints(strides)},
+                    {"pads", attr_ints(pads)},
+                    {"group", attr_i(group)}});
+  }
+
+  // Inception-v3's factorized convs: 1xk then kx1 (or the other way round), each padded to
+  // keep the size, with BatchNorm and ReLU as torchvision's BasicConv2d.
+  ValueId asymmetric_pair(ValueId x) {
+    const int64_t k = pick<int64_t>({3, 5, 7}), p = k / 2;
+    const bool row_first = chance(0.5);
+    auto one = [&](ValueId v, bool row) {
+      const int64_t c = pick<int64_t>({16, 24, 32});
+      ValueId y = row ? conv2(v, c, {1, k}, {0, p, 0, p}, {1, 1})
+                      : conv2(v, c, {k, 1}, {p, 0, p, 0}, {1, 1});
+      return b_.add1("Relu", {chance(0.5) ? batch_norm(b_, y, c) : y});
+    };
+    return one(one(x, row_first), !row_first);
+  }
+
+  // ResNeXt's bottleneck: 1x1, a grouped 3x3 (2-8 groups, stride 1 or 2), 1x1, summed with
+  // the input where the shapes allow.
+  ValueId grouped_bottleneck(ValueId x) {
+    const int64_t c = channels(x);
+    const int64_t groups = pick<int64_t>({2, 4, 8});
+    const int64_t width = groups * pick<int64_t>({2, 4, 8});
+    const int64_t stride = shape(x)[2] >= 6 && chance(0.3) ? 2 : 1;
+    ValueId y = b_.add1("Relu", {conv(x, width, 1, 1, 1)});
+    y = b_.add1("Relu", {conv(y, width, 3, stride, groups)});
+    y = conv(y, c, 1, 1, 1);
+    return b_.add1("Relu", {stride == 1 ? b_.add1("Add", {y, x}) : y});
+  }
+
+  // CBAM's spatial attention: the channel mean (and max, joined), a 7x7 conv to one map,
+  // Sigmoid, times the input (broadcast over the channels).
+  ValueId spatial_attention(ValueId x) {
+    const std::map<std::string, Attribute> over_channels = {{"axes", attr_ints({1})},
+                                                            {"keepdims", attr_i(1)}};
+    ValueId mean = b_.add1("ReduceMean", {x}, over_channels);
+    ValueId pooled = mean;
+    if (chance(0.5))
+      pooled = b_.add1("Concat", {mean, b_.add1("ReduceMax", {x}, over_channels)},
+                       {{"axis", attr_i(1)}});
+    ValueId gate = b_.add1("Sigmoid", {conv(pooled, 1, 7, 1, 1)});
+    return chance(0.5) ? b_.add1("Mul", {x, gate}) : b_.add1("Mul", {gate, x});
+  }
+
+  // What TensorFlow exports (tf2onnx) write for a stride-2 "SAME" conv or pool: the padding
+  // ceil(h / 2) takes, its odd part at the end, explicit or as auto_pad SAME_UPPER.
+  ValueId tf_same(ValueId x) {
+    const int64_t k = pick<int64_t>({2, 3}), h = shape(x)[2];
+    const int64_t total = std::max<int64_t>(0, ((h + 1) / 2 - 1) * 2 + k - h);
+    const int64_t begin = total / 2, end = total - begin;
+    std::map<std::string, Attribute> window = {{"kernel_shape", attr_ints({k, k})},
+                                               {"strides", attr_ints({2, 2})}};
+    if (chance(0.5))
+      window["pads"] = attr_ints({begin, begin, end, end});
+    else
+      window["auto_pad"] = attr_s("SAME_UPPER");
+    if (chance(0.4)) return b_.add1(chance(0.5) ? "MaxPool" : "AveragePool", {x}, window);
+    const int64_t c = channels(x), out = pick<int64_t>({16, 32});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c * k * k));
+    ValueId w = b_.random_constant("w", {out, c, k, k}, 1.7f * scale);
+    return activation(b_.add1("Conv", {x, w, b_.random_constant("b", {out}, 0.1f)}, window));
   }
 
   GraphBuilder b_;

@@ -35,7 +35,9 @@ std::string backend_version() {
   // eltwise tail is collage's channels-last F(4x4, 3x3) (winograd_f43.h). 19: a squeeze-excitation
   // block is one step (squeeze_excite.h). 20: concatenations of two parts read by convs alone are
   // split into them (concat_into_convs.h); no full-shape binary post-op after a sum.
-  constexpr int kKernelRevision = 20;
+  // 21: ReduceMean/Max/Min/Sum over any axes on the reduction primitive (layout_kernel.cc); a
+  // Concat takes the first layout with an optimized kernel.
+  constexpr int kKernelRevision = 21;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

@@ -127,8 +127,11 @@ dnnl::memory::desc layout_like(const dnnl::memory::desc& like, const Shape& shap
 // layouts (layout_kernel.cc).
 std::vector<dnnl::memory::desc> concat_layouts(const std::vector<dnnl::memory::desc>& mds,
                                                const Shape& shape, int64_t axis);
+// The axes Reduce* node `n` reduces, normalized and sorted (every axis when it names none);
+// nullopt when they are not constants or it is the identity (noop_with_empty_axes).
+std::optional<std::vector<int64_t>> reduced_axes(const Graph& g, const Node& n);
 // Whether ReduceMean/ReduceMax node `n` reduces exactly the spatial axes (2..) of a rank 3-5
-// input: a global pooling.
+// input: a global pooling. Other reductions run on oneDNN's reduction primitive.
 bool spatial_reduce(const Graph& g, const Node& n);
 // `shape` channels-last (rank 3-5), else nullopt.
 std::optional<dnnl::memory::desc> channels_last_md(const Shape& shape);

@@ -8,11 +8,13 @@
 // strides), the channel shuffle Reshape -> Transpose -> Reshape (the shuffle primitive on
 // channel-blocked layouts, where it is jit; one strided reorder within a whole-dim layout
 // such as the channels-last one brgconv picks), constant Pad (a reorder into the interior of
-// a buffer whose border is written once, at compile time) and a ReduceMean/ReduceMax over all
-// spatial axes (a global pooling). Zero Pads before convolutions and pools are folded into
-// them instead (fold_pads).
+// a buffer whose border is written once, at compile time), a ReduceMean/ReduceMax over all
+// spatial axes (a global pooling) and ReduceMean/Max/Min/Sum over other axes (the reduction
+// primitive). Zero Pads before convolutions and pools are folded into them instead
+// (fold_pads).
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/kernels.h"
@@ -165,22 +167,36 @@ std::optional<PadSpec> pad_spec(const Graph& g, const Node& n) {
 
 }  // namespace
 
-bool spatial_reduce(const Graph& g, const Node& n) {
+std::optional<std::vector<int64_t>> reduced_axes(const Graph& g, const Node& n) {
   const size_t rank = g.value(n.input(0)).shape.size();
-  if (rank < 3 || rank > 5) return false;
   std::vector<int64_t> axes;
   try {
-    axes = g.opset >= 18
-               ? (n.input(1) == kNoValue ? std::vector<int64_t>{} : ints_of(g, n, 1, "axes"))
-               : n.attr_ints("axes");
+    // An input from opset 18 (ReduceSum: 13), an attribute before.
+    const bool from_input = g.opset >= 18 || (n.op_type == "ReduceSum" && g.opset >= 13);
+    axes = from_input ? (n.input(1) == kNoValue ? std::vector<int64_t>{} : ints_of(g, n, 1, "axes"))
+                      : n.attr_ints("axes");
+    for (int64_t& a : axes) a = normalize_axis(a, rank);
   } catch (const Error&) {
-    return false;
+    return std::nullopt;
   }
-  for (int64_t& a : axes) a = normalize_axis(a, rank);
+  if (axes.empty()) {
+    // No axes: every axis, unless noop_with_empty_axes makes it the identity.
+    if (n.attr_int("noop_with_empty_axes", 0) != 0) return std::nullopt;
+    axes.resize(rank);
+    std::iota(axes.begin(), axes.end(), 0);
+  }
   std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) return std::nullopt;
+  return axes;
+}
+
+bool spatial_reduce(const Graph& g, const Node& n) {
+  const size_t rank = g.value(n.input(0)).shape.size();
+  if (rank < 3 || rank > 5 || (n.op_type != "ReduceMean" && n.op_type != "ReduceMax")) return false;
+  const std::optional<std::vector<int64_t>> axes = reduced_axes(g, n);
   std::vector<int64_t> spatial(rank - 2);
   std::iota(spatial.begin(), spatial.end(), 2);
-  return axes == spatial;
+  return axes && *axes == spatial;
 }
 
 namespace {
@@ -362,12 +378,17 @@ void emit_concat(const Graph& sub, ValueMemories& values) {
   }
   if (srcs.empty()) fail(ErrorKind::kUnsupported, "onednn: Concat of empty inputs");
   std::vector<dnnl::memory::desc> candidates = concat_layouts(mds, ys, axis);
+  // The first layout oneDNN concatenates into with an optimized kernel, else the first it
+  // takes at all: row-major inputs (CBAM's channel mean and max maps) into the channels-last
+  // layout a conv reading them picks ran as `ref:any`, into row-major as `simple:any`.
   std::optional<dnnl::concat::primitive_desc> pd;
   for (const dnnl::memory::desc& dst_md : candidates) {
     try {
-      pd = dnnl::concat::primitive_desc(dst_md, static_cast<int>(axis), mds, cpu_engine(),
+      dnnl::concat::primitive_desc made(dst_md, static_cast<int>(axis), mds, cpu_engine(),
                                         base_attr());
-      break;
+      const bool optimized = !is_reference_impl(made.impl_info_str());
+      if (!pd || optimized) pd = made;
+      if (optimized) break;
     } catch (const dnnl::error&) {
     }
   }
@@ -545,6 +566,77 @@ void emit_spatial_reduce(const Graph& sub, ValueMemories& values) {
   values.produced(y, out);
 }
 
+// The reduction ops a region takes, and oneDNN's algorithm for each.
+std::optional<dnnl::algorithm> reduction_algorithm(const std::string& op) {
+  if (op == "ReduceMean") return dnnl::algorithm::reduction_mean;
+  if (op == "ReduceMax") return dnnl::algorithm::reduction_max;
+  if (op == "ReduceMin") return dnnl::algorithm::reduction_min;
+  if (op == "ReduceSum") return dnnl::algorithm::reduction_sum;
+  return std::nullopt;
+}
+
+// A reduction over other axes than the spatial ones (CBAM's channel mean and max, a mean over
+// tokens, a sum over everything): oneDNN's reduction primitive. Its jit kernel (2.6) reduces
+// only the innermost dims of a dense layout, so the input is seen with its dims permuted,
+// kept axes first and reduced ones last: a free view where its strides allow (a channel
+// reduction of a channels-last value, a trailing one of a row-major value), else a
+// transposing copy into that order. The result is row-major: kept dims in their order, so
+// its bytes are the value's with or without keepdims.
+void emit_reduce(const Graph& sub, ValueMemories& values) {
+  const Node& n = sub.node(0);
+  const ValueId x = n.input(0), y = n.outputs[0];
+  require_f32(sub, x, "reduced value");
+  const std::optional<dnnl::algorithm> alg = reduction_algorithm(n.op_type);
+  const std::optional<std::vector<int64_t>> axes = reduced_axes(sub, n);
+  if (!alg || !axes || sub.num_nodes() != 1)
+    fail(ErrorKind::kUnsupported, "onednn: no reduction kernel for {} '{}'", n.op_type, n.name);
+  if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: reduced value is not available");
+  const Shape& xs = sub.value(x).shape;
+  std::vector<int64_t> perm;
+  for (int64_t a = 0; a < static_cast<int64_t>(xs.size()); ++a)
+    if (!std::binary_search(axes->begin(), axes->end(), a)) perm.push_back(a);
+  perm.insert(perm.end(), axes->begin(), axes->end());
+  Dims in_order(xs.size()), out_order(xs.size(), 1);
+  for (size_t k = 0; k < perm.size(); ++k) {
+    in_order[k] = xs[static_cast<size_t>(perm[k])];
+    if (k < xs.size() - axes->size()) out_order[k] = in_order[k];
+  }
+  const dnnl::memory::desc out_md = plain_md(Shape(out_order.begin(), out_order.end()));
+  auto jit_reduction = [&](const dnnl::memory::desc& src) {
+    std::optional<dnnl::reduction::primitive_desc> pd;
+    try {
+      pd.emplace(dnnl::reduction::desc(*alg, src, out_md, 0.0f, 0.0f), base_attr(), cpu_engine());
+      if (is_reference_impl(pd->impl_info_str())) pd.reset();
+    } catch (const dnnl::error&) {
+    }
+    return pd;
+  };
+  const dnnl::memory as_is = values.as_is(x, xs);
+  std::optional<dnnl::reduction::primitive_desc> pd;
+  dnnl::memory src;
+  if (const std::optional<Dims> strides = dim_strides(as_is.get_desc());
+      strides && as_is.get_desc().dims() == to_dims(xs)) {
+    Dims in_strides(xs.size());
+    for (size_t k = 0; k < perm.size(); ++k) in_strides[k] = (*strides)[perm[k]];
+    const dnnl::memory::desc view(in_order, dt::f32, in_strides);
+    if ((pd = jit_reduction(view))) src = values.reinterpret(x, view);
+  }
+  if (!pd) {
+    const dnnl::memory::desc dense = plain_md(Shape(in_order.begin(), in_order.end()));
+    if (!(pd = jit_reduction(dense)))
+      fail(ErrorKind::kUnsupported, "onednn: {} '{}' has no jit reduction kernel", n.op_type,
+           n.name);
+    src = values.program().buffer(dense);
+    const bool whole_dims = dim_strides(as_is.get_desc()) && as_is.get_desc().dims() == to_dims(xs);
+    permute_into(values, whole_dims ? as_is : values.view(x, plain_md(xs)), to_dims(xs), perm, src,
+                 *dim_strides(dense));
+  }
+  const dnnl::memory dst = values.fresh_destination(y, plain_md(sub.value(y).shape));
+  const dnnl::memory out(out_md, cpu_engine(), dst.get_data_handle());
+  values.program().add(dnnl::reduction(*pd), *pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, out}});
+  values.produced(y, dst);
+}
+
 // Whether reader `r` of zero-padded `v` (spatial pads only) computes the same from the
 // unpadded input with the pads added to its own: a convolution, or an average pool that
 // counts padding (or has none of its own, so that counting it changes nothing).
@@ -629,7 +721,9 @@ bool layout_head(const Graph& g, const Node& n) {
   }
   if (t == "Transpose") return single_output(n) && g.value(n.input(0)).shape.size() <= 6;
   if (t == "Pad") return single_output(n) && pad_spec(g, n).has_value();
-  if (t == "ReduceMean" || t == "ReduceMax") return single_output(n) && spatial_reduce(g, n);
+  if (reduction_algorithm(t))
+    return single_output(n) && shape_numel(g.value(n.outputs[0]).shape) > 0 &&
+           reduced_axes(g, n).has_value();
   return false;
 }
 
@@ -649,7 +743,8 @@ void emit_layout(const Graph& sub, ValueMemories& values) {
   if (t == "Slice" || t == "Split" || t == "Gather") return emit_cuts(sub, values);
   if (t == "Transpose") return emit_transpose(sub, values);
   if (t == "Pad") return emit_pad(sub, values);
-  if (t == "ReduceMean" || t == "ReduceMax") return emit_spatial_reduce(sub, values);
+  if (spatial_reduce(sub, sub.node(0))) return emit_spatial_reduce(sub, values);
+  if (reduction_algorithm(t)) return emit_reduce(sub, values);
   fail(ErrorKind::kUnsupported, "onednn: no layout kernel for {}", t);
 }
 

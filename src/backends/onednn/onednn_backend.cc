@@ -127,8 +127,9 @@ class OnednnBackend : public Backend {
          {}},
         {"Transpose", op("Transpose").where(layout, "float32"), {}},
         {"Pad", op("Pad").where(layout, "float32, constant mode and pads, none negative"), {}},
-        {"SpatialReduce",
-         op_in({"ReduceMean", "ReduceMax"}).where(layout, "float32, over all spatial axes"),
+        {"Reduce",
+         op_in({"ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum"})
+             .where(layout, "float32, constant axes"),
          {}},
         {"ChannelShuffle", op("Reshape", {op("Transpose", {op("Reshape")})}), shuffle_check},
         // A copy (its output is the kernel's own buffer): so that no plan needs the fallback

@@ -110,12 +110,13 @@ class TorchBackendBase : public Backend {
   // version, when the build found one, keeps cost-cache keys honest across upgrades. The
   // kernel revision (+rN) changes when collage's own kernels do, so cached costs and
   // failures ("wrong result") are measured again: r1, torch-graph checks its optimised
-  // region against the plain one (the ReLU6 miscompile, script_kernel.cc).
+  // region against the plain one (the ReLU6 miscompile, script_kernel.cc); r2, also on
+  // inputs times 16 (a Clip cut at 1).
   std::string version() const override {
 #ifdef COLLAGE_TORCH_PACKAGE_VERSION
-    return "libtorch " COLLAGE_TORCH_PACKAGE_VERSION "+r1";
+    return "libtorch " COLLAGE_TORCH_PACKAGE_VERSION "+r2";
 #else
-    return "libtorch " TORCH_VERSION "+r1";
+    return "libtorch " TORCH_VERSION "+r2";
 #endif
   }
   std::string thread_model() const override {
