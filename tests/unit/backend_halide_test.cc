@@ -72,6 +72,19 @@ std::vector<float> sweep(float lo, float hi, int n) {
 }
 
 // The polynomial erf, vectorised as in kernels, against std::erf.
+// Kernels are compiled for features this CPU has. Halide 14 calls AMD's Zen 4/5 (AVX-512 with
+// BF16 and VNNI, no FP16) "sapphirerapids", whose features include AVX512-FP16, and a kernel
+// then died of SIGILL on a `vmovw` here (jit_cache.cc).
+TEST(HalideBackend, TargetClaimsNoFeatureTheCpuLacks) {
+  const std::string target = halide_backend::target_string();
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512fp16"))
+    EXPECT_EQ(target.find("avx512_sapphirerapids"), std::string::npos) << target;
+  if (!__builtin_cpu_supports("avx512f"))
+    EXPECT_EQ(target.find("avx512"), std::string::npos) << target;
+  if (!__builtin_cpu_supports("avx2")) EXPECT_EQ(target.find("avx2"), std::string::npos) << target;
+}
+
 TEST(HalideBackend, ErfApproximationIsFloatAccurate) {
   std::vector<float> xs = sweep(-6.0f, 6.0f, 200001);
   std::vector<float> ys = evaluate_math(MathFn::kErf, xs);

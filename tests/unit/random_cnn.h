@@ -3,12 +3,13 @@
 // activations; residual sums; inception-style branches joined by Concat; pools; squeeze-
 // excitation; channel splits and shuffles; explicit Pad; ConvNeXt's channels-last LayerNorm
 // and MLP; Inception-v3's 1xk / kx1 pairs; ResNeXt's grouped convs; depthwise channel
-// multipliers; CBAM's spatial attention; TensorFlow exports' asymmetric SAME padding), in
-// random orders, shapes and channel counts (some of whole 16-channel blocks, some not). Every
-// backend rewrite that looks at a neighbourhood of ops (post-op fusion, concat splitting, in-place
-// concat, pad folding, squeeze-excitation, depthwise fusion, concurrent lanes) meets its patterns
-// here in combinations no hand-written test lists; the tests compare each backend with reference on
-// them. Weights are scaled by 1/sqrt(fan-in) so values stay O(1) through depth.
+// multipliers; CBAM's spatial attention; TensorFlow exports' asymmetric SAME padding;
+// GroupNorm as exported; PixelShuffle; segmentation Softmax; LRN), in random orders, shapes and
+// channel counts (some of whole 16-channel blocks, some not). Every backend rewrite that looks at a
+// neighbourhood of ops (post-op fusion, concat splitting, in-place concat, pad folding,
+// squeeze-excitation, depthwise fusion, concurrent lanes) meets its patterns here in combinations
+// no hand-written test lists; the tests compare each backend with reference on them. Weights are
+// scaled by 1/sqrt(fan-in) so values stay O(1) through depth.
 #pragma once
 
 #include <algorithm>
@@ -64,7 +65,7 @@ class RandomCnn {
   int64_t channels(ValueId v) { return shape(v)[1]; }
 
   ValueId block(ValueId x) {
-    switch (index(23)) {
+    switch (index(27)) {
       case 0:
         return inception(x);
       case 1:
@@ -110,6 +111,14 @@ class RandomCnn {
         return spatial_attention(x);
       case 21:
         return tf_same(x);
+      case 22:
+        return group_norm(x);
+      case 23:
+        return pixel_shuffle(x);
+      case 24:
+        return channel_softmax(x);
+      case 25:
+        return lrn(x);
       default:
         return conv_act(x, pick<int64_t>({8, 16, 24, 32, 40, 48, 64}), pick<int64_t>({1, 3, 5}),
                         shape(x)[2] >= 6 && chance(0.3) ? 2 : 1);
@@ -133,7 +142,7 @@ class RandomCnn {
   }
 
   ValueId activation(ValueId x) {
-    switch (index(9)) {
+    switch (index(12)) {
       case 0:
       case 1:
         return b_.add1("Relu", {x});
@@ -150,6 +159,12 @@ class RandomCnn {
         return b_.add1("Sigmoid", {x});
       case 7:
         return b_.add1("Tanh", {x});
+      case 8:
+        return b_.add1("Elu", {x});
+      case 9:
+        return b_.add1("Softplus", {x});
+      case 10:  // Mish as exported: x * tanh(softplus(x))
+        return b_.add1("Mul", {x, b_.add1("Tanh", {b_.add1("Softplus", {x})})});
       default:
         return x;
     }
@@ -452,6 +467,56 @@ class RandomCnn {
     const float scale = 1.0f / std::sqrt(static_cast<float>(c * k * k));
     ValueId w = b_.random_constant("w", {out, c, k, k}, 1.7f * scale);
     return activation(b_.add1("Conv", {x, w, b_.random_constant("b", {out}, 0.1f)}, window));
+  }
+
+  // GroupNorm as torch.onnx exports it below opset 18: Reshape to [N, groups, -1],
+  // InstanceNormalization (unit scale, zero bias), Reshape back, per-channel scale and shift.
+  ValueId group_norm(ValueId x) {
+    const Shape s = shape(x);
+    const int64_t c = s[1];
+    const int64_t groups = c % 4 == 0 ? pick<int64_t>({2, 4}) : (c % 2 == 0 ? 2 : 1);
+    ValueId grouped = b_.add1(
+        "Reshape", {x, b_.constant("g3", Tensor::from_vector<int64_t>({3}, {s[0], groups, -1}))});
+    ValueId normed = b_.add1(
+        "InstanceNormalization",
+        {grouped,
+         b_.constant("ones",
+                     Tensor::from_vector<float>({groups}, std::vector<float>(groups, 1.0f))),
+         b_.constant("zeros",
+                     Tensor::from_vector<float>({groups}, std::vector<float>(groups, 0.0f)))},
+        {{"epsilon", attr_f(1e-5f)}});
+    ValueId back =
+        b_.add1("Reshape", {normed, b_.constant("g4", Tensor::from_vector<int64_t>({4}, s))});
+    ValueId scaled = b_.add1("Mul", {back, b_.random_constant("gamma", {c, 1, 1})});
+    return activation(b_.add1("Add", {scaled, b_.random_constant("beta", {c, 1, 1}, 0.1f)}));
+  }
+
+  // Super-resolution's PixelShuffle: a conv to 4x the channels, DepthToSpace by 2 (CRD as
+  // torch exports it, DCR as TensorFlow does), then a stride-2 conv back to the input's size.
+  ValueId pixel_shuffle(ValueId x) {
+    if (shape(x)[2] > 16) return pool(x);
+    const int64_t c = pick<int64_t>({4, 8});
+    ValueId wide = conv(x, 4 * c, 3, 1, 1);
+    ValueId up = b_.add1("DepthToSpace", {wide},
+                         {{"blocksize", attr_i(2)}, {"mode", attr_s(chance(0.5) ? "CRD" : "DCR")}});
+    if (chance(0.3))  // and back again, as some detectors' space-to-depth stems do
+      return conv_act(b_.add1("SpaceToDepth", {activation(up)}, {{"blocksize", attr_i(2)}}),
+                      pick<int64_t>({8, 16}), 1, 1);
+    return conv_act(activation(up), pick<int64_t>({8, 16}), 3, 2);
+  }
+
+  // A segmentation head: a 1x1 conv to classes, Softmax over the channels.
+  ValueId channel_softmax(ValueId x) {
+    return b_.add1("Softmax", {conv(x, pick<int64_t>({3, 8, 21}), 1, 1, 1)}, {{"axis", attr_i(1)}});
+  }
+
+  // Local response normalization (AlexNet, the original GoogLeNet).
+  ValueId lrn(ValueId x) {
+    return b_.add1("LRN", {x},
+                   {{"size", attr_i(pick<int64_t>({3, 5}))},
+                    {"alpha", attr_f(1e-4f)},
+                    {"beta", attr_f(0.75f)},
+                    {"bias", attr_f(chance(0.5) ? 1.0f : 2.0f)}});
   }
 
   GraphBuilder b_;

@@ -1,4 +1,5 @@
 #include "backends/halide/halide_math.h"
+#include "backends/halide/jit_cache.h"
 
 #include <limits>
 
@@ -88,7 +89,7 @@ std::vector<float> evaluate_math(MathFn fn, const std::vector<float>& xs) {
          : fn == MathFn::kTanh ? tanh_f32(v)
                                : sigmoid_f32(v);
   if (n >= 16) f.vectorize(x, 16, Halide::TailStrategy::GuardWithIf);
-  f.realize(out, Halide::get_host_target());
+  f.realize(out, host_target());
   return std::vector<float>(out.data(), out.data() + n);
 }
 

@@ -45,11 +45,6 @@ State& state() {
   return s;
 }
 
-const Halide::Target& host_target() {
-  static const Halide::Target t = Halide::get_host_target();
-  return t;
-}
-
 // A kernel file's name: XXH3's 128-bit hash of its description. A collision would load
 // another pipeline's kernel, so the hash must be a real one (two FNV lanes over the same
 // bytes, used before codegen 9, are correlated: not 128 independent bits).
@@ -160,6 +155,22 @@ EntryPoint load_kernel(const fs::path& so, const std::string& name) {
 }
 
 }  // namespace
+
+const Halide::Target& host_target() {
+  static const Halide::Target t = [] {
+    Halide::Target host = Halide::get_host_target();
+    // Halide 14 calls a CPU with AVX-512 BF16 and VNNI "sapphirerapids", whose feature set
+    // includes AVX512-FP16; AMD's Zen 4 and Zen 5 have the former and not FP16, and LLVM then
+    // emits FP16 instructions (`vmovw` for a 16-bit load): a random transformer's kernel
+    // died of SIGILL on this EPYC. Ask the CPU itself.
+    __builtin_cpu_init();
+    if (host.has_feature(Halide::Target::AVX512_SapphireRapids) &&
+        !__builtin_cpu_supports("avx512fp16"))
+      host = host.without_feature(Halide::Target::AVX512_SapphireRapids);
+    return host;
+  }();
+  return t;
+}
 
 EntryPoint get_kernel(const std::string& description, const ModuleBuilder& build) {
   State& s = state();

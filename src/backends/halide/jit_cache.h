@@ -27,6 +27,10 @@ namespace collage::halide_backend {
 using ModuleBuilder =
     std::function<Halide::Module(const std::string& name, const Halide::Target& target)>;
 
+// The target kernels are compiled for: this CPU's, with only the features it has (Halide's
+// own detection can claim more, jit_cache.cc).
+const Halide::Target& host_target();
+
 // The entry point of the kernel whose canonical text is `description`: from memory, from
 // the disk cache, or compiled with `build`. Throws Error(kBackend) when compiling, linking
 // or loading fails.

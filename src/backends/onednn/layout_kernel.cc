@@ -7,7 +7,8 @@
 // constant index, from the input seen with strides), Transpose (a reorder into permuted
 // strides), the channel shuffle Reshape -> Transpose -> Reshape (the shuffle primitive on
 // channel-blocked layouts, where it is jit; one strided reorder within a whole-dim layout
-// such as the channels-last one brgconv picks), constant Pad (a reorder into the interior of
+// such as the channels-last one brgconv picks), DepthToSpace / SpaceToDepth (the same
+// reorder over their 6-D view), constant Pad (a reorder into the interior of
 // a buffer whose border is written once, at compile time), a ReduceMean/ReduceMax over all
 // spatial axes (a global pooling) and ReduceMean/Max/Min/Sum over other axes (the reduction
 // primitive). Zero Pads before convolutions and pools are folded into them instead
@@ -456,6 +457,40 @@ void emit_transpose(const Graph& sub, ValueMemories& values) {
   emit_permutation(values, x, xs, perm, y, sub.value(y).shape);
 }
 
+// DepthToSpace (DCR or CRD) and SpaceToDepth of a [N, C, H, W] value: the 6-D view and the
+// permutation of it that they are (as the ONNX spec defines them), or nullopt.
+struct SpaceDepthSpec {
+  Shape view;
+  std::vector<int64_t> perm;
+};
+
+std::optional<SpaceDepthSpec> space_depth_spec(const Graph& g, const Node& n) {
+  const Shape& xs = g.value(n.input(0)).shape;
+  const int64_t b = n.attr_int("blocksize", 0);
+  if (xs.size() != 4 || b < 1) return std::nullopt;
+  const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3];
+  if (n.op_type == "SpaceToDepth") {
+    if (H % b || W % b) return std::nullopt;
+    return SpaceDepthSpec{{N, C, H / b, b, W / b, b}, {0, 3, 5, 1, 2, 4}};
+  }
+  if (n.op_type != "DepthToSpace" || C % (b * b)) return std::nullopt;
+  const std::string mode = n.attr_string("mode", "DCR");
+  if (mode == "DCR") return SpaceDepthSpec{{N, b, b, C / (b * b), H, W}, {0, 3, 4, 1, 5, 2}};
+  if (mode == "CRD") return SpaceDepthSpec{{N, C / (b * b), b, b, H, W}, {0, 1, 4, 2, 5, 3}};
+  return std::nullopt;
+}
+
+// PixelShuffle (super-resolution, some decoders) and its inverse: one permuting reorder.
+void emit_space_depth(const Graph& sub, ValueMemories& values) {
+  const Node& n = sub.node(0);
+  const ValueId x = n.input(0), y = n.outputs[0];
+  require_f32(sub, x, "DepthToSpace or SpaceToDepth input");
+  const std::optional<SpaceDepthSpec> spec = space_depth_spec(sub, n);
+  if (!spec) fail(ErrorKind::kUnsupported, "onednn: {} '{}' of this form", n.op_type, n.name);
+  if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: {} input is not available", n.op_type);
+  emit_permutation(values, x, spec->view, spec->perm, y, sub.value(y).shape);
+}
+
 void emit_shuffle(const Graph& sub, ValueMemories& values) {
   const std::optional<ShuffleSpec> s = shuffle_spec(sub, sub.consumers(), 0);
   if (!s || sub.num_nodes() != 3)
@@ -720,6 +755,8 @@ bool layout_head(const Graph& g, const Node& n) {
     return cuts_of(g, n).has_value();
   }
   if (t == "Transpose") return single_output(n) && g.value(n.input(0)).shape.size() <= 6;
+  if (t == "DepthToSpace" || t == "SpaceToDepth")
+    return single_output(n) && space_depth_spec(g, n).has_value();
   if (t == "Pad") return single_output(n) && pad_spec(g, n).has_value();
   if (reduction_algorithm(t))
     return single_output(n) && shape_numel(g.value(n.outputs[0]).shape) > 0 &&
@@ -742,6 +779,7 @@ void emit_layout(const Graph& sub, ValueMemories& values) {
   if (t == "Concat") return emit_concat(sub, values);
   if (t == "Slice" || t == "Split" || t == "Gather") return emit_cuts(sub, values);
   if (t == "Transpose") return emit_transpose(sub, values);
+  if (t == "DepthToSpace" || t == "SpaceToDepth") return emit_space_depth(sub, values);
   if (t == "Pad") return emit_pad(sub, values);
   if (spatial_reduce(sub, sub.node(0))) return emit_spatial_reduce(sub, values);
   if (reduction_algorithm(t)) return emit_reduce(sub, values);

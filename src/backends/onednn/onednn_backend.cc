@@ -126,6 +126,9 @@ class OnednnBackend : public Backend {
              .where(layout, "float32, constant cuts (positive steps, one Gather index)"),
          {}},
         {"Transpose", op("Transpose").where(layout, "float32"), {}},
+        {"DepthToSpace",
+         op_in({"DepthToSpace", "SpaceToDepth"}).where(layout, "float32, rank 4, DCR or CRD"),
+         {}},
         {"Pad", op("Pad").where(layout, "float32, constant mode and pads, none negative"), {}},
         {"Reduce",
          op_in({"ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum"})
