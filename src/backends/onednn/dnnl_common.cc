@@ -36,7 +36,8 @@ std::string backend_version() {
   // block is one step (squeeze_excite.h). 20: concatenations of two parts read by convs alone are
   // split into them (concat_into_convs.h); no full-shape binary post-op after a sum.
   // 21: ReduceMean/Max/Min/Sum over any axes on the reduction primitive (layout_kernel.cc); a
-  // Concat takes the first layout with an optimized kernel.
+  // Concat takes the first layout with an optimized kernel; DepthToSpace/SpaceToDepth;
+  // InstanceNormalization of N images (norm_kernel.cc).
   constexpr int kKernelRevision = 21;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }

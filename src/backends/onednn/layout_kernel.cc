@@ -647,10 +647,11 @@ void emit_reduce(const Graph& sub, ValueMemories& values) {
     return pd;
   };
   const dnnl::memory as_is = values.as_is(x, xs);
+  const std::optional<Dims> strides = dim_strides(as_is.get_desc());
+  const bool whole_dims = strides && as_is.get_desc().dims() == to_dims(xs);
   std::optional<dnnl::reduction::primitive_desc> pd;
   dnnl::memory src;
-  if (const std::optional<Dims> strides = dim_strides(as_is.get_desc());
-      strides && as_is.get_desc().dims() == to_dims(xs)) {
+  if (whole_dims) {
     Dims in_strides(xs.size());
     for (size_t k = 0; k < perm.size(); ++k) in_strides[k] = (*strides)[perm[k]];
     const dnnl::memory::desc view(in_order, dt::f32, in_strides);
@@ -662,7 +663,6 @@ void emit_reduce(const Graph& sub, ValueMemories& values) {
       fail(ErrorKind::kUnsupported, "onednn: {} '{}' has no jit reduction kernel", n.op_type,
            n.name);
     src = values.program().buffer(dense);
-    const bool whole_dims = dim_strides(as_is.get_desc()) && as_is.get_desc().dims() == to_dims(xs);
     permute_into(values, whole_dims ? as_is : values.view(x, plain_md(xs)), to_dims(xs), perm, src,
                  *dim_strides(dense));
   }

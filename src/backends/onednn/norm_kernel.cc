@@ -102,8 +102,8 @@ bool spatial_f32_input(const Graph& g, const Node& n) {
 
 bool instance_norm_takes(const Graph& g, const Node& n) {
   return n.op_type == "InstanceNormalization" && spatial_f32_input(g, n) &&
-         g.value(n.input(0)).shape[0] == 1 && n.input(1) != kNoValue && n.input(2) != kNoValue &&
-         g.value(n.input(1)).is_constant() && g.value(n.input(2)).is_constant();
+         n.input(1) != kNoValue && n.input(2) != kNoValue && g.value(n.input(1)).is_constant() &&
+         g.value(n.input(2)).is_constant();
 }
 
 bool lrn_takes(const Graph& g, const Node& n) {
@@ -114,7 +114,9 @@ bool lrn_takes(const Graph& g, const Node& n) {
 void emit_instance_norm(const Graph& sub, ValueMemories& values) {
   // Batch normalization computing its own statistics per channel over batch and space: with
   // one image those are each (n, c) plane's own, as InstanceNormalization defines them
-  // (population variance, like oneDNN's). More images stay on other backends.
+  // (population variance, like oneDNN's). N images are one image of N x C channels (the same
+  // row-major bytes), their scale and shift repeated per image: GroupNorm as torch exports
+  // it (Reshape [N, groups, -1], InstanceNormalization) in a batch.
   const Node& node = sub.node(0);
   if (sub.num_nodes() != 1)
     fail(ErrorKind::kUnsupported, "onednn: InstanceNormalization fuses nothing");
@@ -122,13 +124,29 @@ void emit_instance_norm(const Graph& sub, ValueMemories& values) {
   const Shape& xs = sub.value(x).shape;
   if (!instance_norm_takes(sub, node))
     fail(ErrorKind::kUnsupported,
-         "onednn: InstanceNormalization of {} (one image, rank 3-5, constant scale and bias)",
+         "onednn: InstanceNormalization of {} (rank 3-5, constant scale and bias)",
          shape_to_string(xs));
   if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: InstanceNormalization input");
   Program& program = values.program();
-  const dnnl::memory x_mem = values.as_is(x, xs);
-  const dnnl::memory scale = channel_param(sub, node.input(1), xs[1], program, &values);
-  const dnnl::memory shift = channel_param(sub, node.input(2), xs[1], program, &values);
+  const int64_t images = xs[0];
+  Shape planes = xs;  // [1, N x C, spatial...]
+  planes[0] = 1;
+  planes[1] = images * xs[1];
+  const dnnl::memory x_mem = images == 1 ? values.as_is(x, xs) : values.view(x, plain_md(planes));
+  auto per_plane = [&](ValueId v) {
+    if (images == 1) return channel_param(sub, v, xs[1], program, &values);
+    const Tensor& c = sub.value(v).constant;
+    if (c.dtype() != DType::kFloat32 || c.numel() != xs[1])
+      fail(ErrorKind::kUnsupported, "onednn: InstanceNormalization parameter of {} values",
+           c.numel());
+    std::vector<float> tiled;
+    for (int64_t i = 0; i < images; ++i)
+      tiled.insert(tiled.end(), c.span<float>().begin(), c.span<float>().end());
+    const dnnl::memory::desc md({planes[1]}, dt::f32, tag::a);
+    return program.constant(Tensor::from_vector<float>({planes[1]}, tiled), md, md);
+  };
+  const dnnl::memory scale = per_plane(node.input(1));
+  const dnnl::memory shift = per_plane(node.input(2));
   auto pd = create_pd("instance normalization", [&] {
     return dnnl::batch_normalization_forward::primitive_desc(
         dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference,
@@ -136,9 +154,13 @@ void emit_instance_norm(const Graph& sub, ValueMemories& values) {
                                                 flags::use_scale | flags::use_shift),
         base_attr(), cpu_engine());
   });
-  const dnnl::memory y_mem = values.destination(y, x_mem.get_desc());
+  // N images: a buffer of y's row-major bytes, seen as the planes by the primitive.
+  const dnnl::memory y_mem = images == 1 ? values.destination(y, x_mem.get_desc())
+                                         : values.fresh_destination(y, plain_md(xs));
+  const dnnl::memory y_planes =
+      images == 1 ? y_mem : dnnl::memory(plain_md(planes), cpu_engine(), y_mem.get_data_handle());
   std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_SRC, x_mem},
-                                                    {DNNL_ARG_DST, y_mem},
+                                                    {DNNL_ARG_DST, y_planes},
                                                     {DNNL_ARG_SCALE, scale},
                                                     {DNNL_ARG_SHIFT, shift}};
   // The statistics it computes, where it writes them out: buffers the program owns.
