@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <span>
 
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/kernels.h"
@@ -26,13 +27,24 @@ int kernel_input(const Graph& sub, ValueId v, const char* what) {
 
 // A per-channel parameter: packed now when constant, else bound to its kernel input (or
 // read from `values`, for an emitter).
+// `repeats` > 1 (a constant only): its values once per image, for N images normalized as one
+// image of N x C channels.
 dnnl::memory channel_param(const Graph& sub, ValueId v, int64_t channels, Program& program,
-                           ValueMemories* values = nullptr) {
+                           ValueMemories* values = nullptr, int64_t repeats = 1) {
   require_f32(sub, v, "normalization parameter");
   if (sub.value(v).constant.defined() ? sub.value(v).constant.numel() != channels
                                       : shape_numel(sub.value(v).shape) != channels)
     fail(ErrorKind::kUnsupported, "onednn: parameter of {} values for {} channels",
          shape_numel(sub.value(v).shape), channels);
+  if (repeats > 1) {
+    if (!sub.value(v).is_constant())
+      fail(ErrorKind::kUnsupported, "onednn: a repeated parameter that is not a constant");
+    const std::span<const float> once = sub.value(v).constant.span<float>();
+    std::vector<float> tiled;
+    for (int64_t i = 0; i < repeats; ++i) tiled.insert(tiled.end(), once.begin(), once.end());
+    const dnnl::memory::desc md({channels * repeats}, dt::f32, tag::a);
+    return program.constant(Tensor::from_vector<float>({channels * repeats}, tiled), md, md);
+  }
   const dnnl::memory::desc md({channels}, dt::f32, tag::a);
   if (sub.value(v).is_constant()) return program.constant(sub.value(v).constant, md, md);
   if (values) return values->view(v, md);
@@ -133,20 +145,8 @@ void emit_instance_norm(const Graph& sub, ValueMemories& values) {
   planes[0] = 1;
   planes[1] = images * xs[1];
   const dnnl::memory x_mem = images == 1 ? values.as_is(x, xs) : values.view(x, plain_md(planes));
-  auto per_plane = [&](ValueId v) {
-    if (images == 1) return channel_param(sub, v, xs[1], program, &values);
-    const Tensor& c = sub.value(v).constant;
-    if (c.dtype() != DType::kFloat32 || c.numel() != xs[1])
-      fail(ErrorKind::kUnsupported, "onednn: InstanceNormalization parameter of {} values",
-           c.numel());
-    std::vector<float> tiled;
-    for (int64_t i = 0; i < images; ++i)
-      tiled.insert(tiled.end(), c.span<float>().begin(), c.span<float>().end());
-    const dnnl::memory::desc md({planes[1]}, dt::f32, tag::a);
-    return program.constant(Tensor::from_vector<float>({planes[1]}, tiled), md, md);
-  };
-  const dnnl::memory scale = per_plane(node.input(1));
-  const dnnl::memory shift = per_plane(node.input(2));
+  const dnnl::memory scale = channel_param(sub, node.input(1), xs[1], program, &values, images);
+  const dnnl::memory shift = channel_param(sub, node.input(2), xs[1], program, &values, images);
   auto pd = create_pd("instance normalization", [&] {
     return dnnl::batch_normalization_forward::primitive_desc(
         dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference,
