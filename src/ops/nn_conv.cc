@@ -1,7 +1,8 @@
-// Conv and ConvTranspose: direct (no im2col) loops over 1-3 spatial axes. Every spatial
-// case runs through one 3-D kernel; the innermost loop walks one output row so it is a
-// contiguous axpy for unit strides.
+// Conv and ConvTranspose over 1-3 spatial axes. Every spatial case runs through one 3-D
+// kernel. Conv gathers a tile of output positions' inputs and sums contiguous axpys over
+// it; ConvTranspose scatters, its innermost loop walking one input row.
 #include <algorithm>
+#include <vector>
 
 #include "ops/nn_util.h"
 
@@ -162,6 +163,16 @@ void infer_conv(InferContext& ctx) {
 
 // Y[n, m] = bias[m] + sum over the group's channels c and kernel taps k of
 //   W[m, c, k] * X[n, c, out * stride + k * dilation - pad_begin].
+// A tile of kConvTile output positions at a time: the tile's input values for every
+// (channel, tap) of the group are gathered once (0 where the window hangs over the padding,
+// as ONNX pads), then each output channel of the group is a sum of axpys over the tile,
+// contiguous loops the compiler vectorises, the gathered tile shared by all of them. The
+// same sum, in the same order (bias, then channels, then taps), as the direct loops it
+// replaced, which walked one output row per tap and channel: 9 GFLOP/s on 2 threads here
+// (Inception-v3 1.32 s on reference), and the reference outputs that check every candidate
+// took a quarter of a cold tune (perf).
+constexpr int64_t kConvTile = 128;
+
 template <typename T>
 RefKernel conv_kernel(ConvGeometry geo) {
   return [geo](std::span<const Tensor> in, std::span<const Tensor> out) {
@@ -174,42 +185,55 @@ RefKernel conv_kernel(ConvGeometry geo) {
     const int64_t in_plane = w.in[0] * w.in[1] * w.in[2];
     const int64_t out_plane = w.out[0] * w.out[1] * w.out[2];
     const int64_t taps = w.kernel[0] * w.kernel[1] * w.kernel[2];
-    const int64_t planes = geo.batch * geo.out_channels;
-#pragma omp parallel for schedule(dynamic)
-    for (int64_t nm = 0; nm < planes; ++nm) {
-      const int64_t n = nm / geo.out_channels, m = nm % geo.out_channels;
-      const int64_t first_c = (m / mg) * cg;
-      T* acc = y + nm * out_plane;
-      std::fill(acc, acc + out_plane, bias ? bias[m] : T(0));
-      for (int64_t c = 0; c < cg; ++c) {
-        const T* xp = x + (n * geo.in_channels + first_c + c) * in_plane;
-        const T* wp = weights + (m * cg + c) * taps;
-        for (int64_t kz = 0; kz < w.kernel[0]; ++kz) {
-          const int64_t z_off = kz * w.dilation[0] - w.pad_begin[0];
-          const Range zr = valid_range(z_off, w.stride[0], w.in[0], w.out[0]);
-          for (int64_t ky = 0; ky < w.kernel[1]; ++ky) {
-            const int64_t y_off = ky * w.dilation[1] - w.pad_begin[1];
-            const Range yr = valid_range(y_off, w.stride[1], w.in[1], w.out[1]);
-            for (int64_t kx = 0; kx < w.kernel[2]; ++kx) {
-              const int64_t x_off = kx * w.dilation[2] - w.pad_begin[2];
-              const Range xr = valid_range(x_off, w.stride[2], w.in[2], w.out[2]);
-              const T wv = wp[(kz * w.kernel[1] + ky) * w.kernel[2] + kx];
-              const int64_t sx = w.stride[2];
-              for (int64_t oz = zr.lo; oz < zr.hi; ++oz) {
-                const int64_t iz = oz * w.stride[0] + z_off;
-                for (int64_t oy = yr.lo; oy < yr.hi; ++oy) {
-                  const int64_t iy = oy * w.stride[1] + y_off;
-                  T* orow = acc + (oz * w.out[1] + oy) * w.out[2];
-                  const T* irow = xp + (iz * w.in[1] + iy) * w.in[2] + x_off;
-                  if (sx == 1) {
-                    for (int64_t ox = xr.lo; ox < xr.hi; ++ox) orow[ox] += wv * irow[ox];
-                  } else {
-                    for (int64_t ox = xr.lo; ox < xr.hi; ++ox) orow[ox] += wv * irow[ox * sx];
-                  }
+    const int64_t reduction = cg * taps;  // gathered rows per tile
+    const int64_t tiles = (out_plane + kConvTile - 1) / kConvTile;
+    const int64_t jobs = geo.batch * geo.group * tiles;
+#pragma omp parallel
+    {
+      std::vector<T> gathered(reduction * kConvTile);
+      std::vector<T> acc(kConvTile);
+#pragma omp for schedule(dynamic)
+      for (int64_t job = 0; job < jobs; ++job) {
+        const int64_t tile = job % tiles, g = (job / tiles) % geo.group;
+        const int64_t n = job / tiles / geo.group;
+        const int64_t first = tile * kConvTile, len = std::min(kConvTile, out_plane - first);
+        for (int64_t c = 0; c < cg; ++c) {
+          const T* xp = x + (n * geo.in_channels + g * cg + c) * in_plane;
+          for (int64_t t = 0; t < taps; ++t) {
+            const int64_t kx = t % w.kernel[2], ky = t / w.kernel[2] % w.kernel[1];
+            const int64_t kz = t / (w.kernel[2] * w.kernel[1]);
+            T* row = gathered.data() + (c * taps + t) * kConvTile;
+            // The tile's first output position, then walked along x, y, z.
+            int64_t ox = first % w.out[2], oy = first / w.out[2] % w.out[1];
+            int64_t oz = first / (w.out[2] * w.out[1]);
+            for (int64_t i = 0; i < len; ++i) {
+              const int64_t iz = oz * w.stride[0] + kz * w.dilation[0] - w.pad_begin[0];
+              const int64_t iy = oy * w.stride[1] + ky * w.dilation[1] - w.pad_begin[1];
+              const int64_t ix = ox * w.stride[2] + kx * w.dilation[2] - w.pad_begin[2];
+              const bool inside =
+                  iz >= 0 && iz < w.in[0] && iy >= 0 && iy < w.in[1] && ix >= 0 && ix < w.in[2];
+              row[i] = inside ? xp[(iz * w.in[1] + iy) * w.in[2] + ix] : T(0);
+              if (++ox == w.out[2]) {
+                ox = 0;
+                if (++oy == w.out[1]) {
+                  oy = 0;
+                  ++oz;
                 }
               }
             }
           }
+        }
+        for (int64_t mm = 0; mm < mg; ++mm) {
+          const int64_t m = g * mg + mm;
+          T* a = acc.data();
+          std::fill(a, a + len, bias ? bias[m] : T(0));
+          const T* wm = weights + m * reduction;
+          for (int64_t k = 0; k < reduction; ++k) {
+            const T wv = wm[k];
+            const T* src = gathered.data() + k * kConvTile;
+            for (int64_t i = 0; i < len; ++i) a[i] += wv * src[i];
+          }
+          std::copy(a, a + len, y + (n * geo.out_channels + m) * out_plane + first);
         }
       }
     }

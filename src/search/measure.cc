@@ -28,8 +28,11 @@ constexpr double kSlowKernelMs = 20;
 constexpr int kEvictedSamples = 15;
 // The time a candidate's evictions may take, which bounds its evicted samples further (to no
 // fewer than MeasureOptions::min_repeats): a 512 MiB eviction reads for ~22 ms here, and 15
-// of them per candidate took GPT-2's cold tune from ~2 to 8 minutes.
-constexpr double kEvictionBudgetMs = 100;
+// of them per candidate took GPT-2's cold tune from ~2 to 8 minutes. 40, not 100: a 64 MiB
+// eviction reads for ~8 ms on the 2-core EPYC (8 GB/s), so 100 ms bought 12 samples where 5
+// give the same predictions; evictions were 32 % of Inception-v3's cold tune (perf), which
+// took 371 s with 100 and 307 s with 40 (docs/DESIGN.md).
+constexpr double kEvictionBudgetMs = 40;
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();

@@ -145,6 +145,12 @@ TEST(NnConv, RandomizedAgainstNaive) {
       {{1, 4, 1, 6, 6}, {8, 1, 1, 3, 3}, {4, {1, 2, 2}, {1, 2, 1}, {0, 2, 0}, {0, 0, 1}}, true},
       {{2, 2, 5, 4, 6}, {3, 2, 2, 3, 2}, {1, {2, 1, 2}, {2, 1, 1}, {1, 0, 1}, {0, 1, 1}}, true},
       {{1, 3, 1, 1, 11}, {2, 3, 1, 1, 4}, {1, {1, 1, 3}, {1, 1, 2}, {0, 0, 3}, {0, 0, 2}}, true},
+      // Output planes over the kernel's tile of 128 positions, ending in a partial tile, with
+      // tiles that start and end mid-row and mid-plane: 19x23 = 437, 6x4x11 = 264 (3-D,
+      // strided, dilated, padded), 16x10 = 160 in two groups.
+      {{1, 3, 1, 19, 23}, {5, 3, 1, 3, 3}, {1, {1, 1, 1}, {1, 1, 1}, {0, 1, 1}, {0, 1, 1}}, true},
+      {{1, 2, 6, 9, 11}, {4, 2, 3, 3, 3}, {1, {1, 2, 1}, {1, 1, 2}, {1, 1, 2}, {1, 0, 2}}, true},
+      {{2, 4, 1, 16, 20}, {6, 2, 1, 3, 3}, {2, {1, 1, 2}, {1, 1, 1}, {0, 1, 0}, {0, 1, 1}}, false},
   };
   uint32_t seed = 1;
   for (const auto& cc : cases) {
