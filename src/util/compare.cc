@@ -54,11 +54,16 @@ std::string element_string(const Tensor& t, int64_t i) {
   }
 }
 
-std::string compare_floats(const Tensor& actual, const Tensor& expected, const Tolerance& tol) {
+// `element(t, i)`: t's element i as a double. The float32 case reads the array directly:
+// through float_element's per-element switch, comparing a candidate's outputs with
+// reference's was 3.5 % of a cold tune of Inception-v3 (perf); 4 M floats 28 -> 17 ms.
+template <typename Element>
+std::string compare_floats(const Tensor& actual, const Tensor& expected, const Tolerance& tol,
+                           Element element) {
   double scale = 0;
   if (tol.atol_fraction > 0)
     for (int64_t i = 0; i < expected.numel(); ++i) {
-      const double b = std::fabs(float_element(expected, i));
+      const double b = std::fabs(element(expected, i));
       if (std::isfinite(b)) scale = std::max(scale, b);
     }
   const double atol = tol.atol + tol.atol_fraction * scale;
@@ -67,8 +72,8 @@ std::string compare_floats(const Tensor& actual, const Tensor& expected, const T
   double max_abs = 0;
   double max_rel = 0;
   for (int64_t i = 0; i < expected.numel(); ++i) {
-    const double a = float_element(actual, i);
-    const double b = float_element(expected, i);
+    const double a = element(actual, i);
+    const double b = element(expected, i);
     bool ok;
     if (std::isnan(b) || std::isnan(a)) {
       ok = std::isnan(a) && std::isnan(b);
@@ -136,7 +141,11 @@ std::string compare_tensors(const Tensor& actual, const Tensor& expected, const 
                        shape_to_string(expected.shape()));
   if (expected.numel() == 0) return "";
   if (actual.raw() == nullptr) return "output has no data";
-  if (dtype_is_float(expected.dtype())) return compare_floats(actual, expected, tol);
+  if (expected.dtype() == DType::kFloat32)
+    return compare_floats(actual, expected, tol, [](const Tensor& t, int64_t i) -> double {
+      return static_cast<const float*>(t.raw())[i];
+    });
+  if (dtype_is_float(expected.dtype())) return compare_floats(actual, expected, tol, float_element);
   return compare_exact(actual, expected);
 }
 
