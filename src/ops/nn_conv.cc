@@ -191,21 +191,21 @@ RefKernel conv_kernel(ConvGeometry geo) {
 #pragma omp parallel
     {
       std::vector<T> gathered(reduction * kConvTile);
-      std::vector<T> acc(kConvTile);
 #pragma omp for schedule(dynamic)
       for (int64_t job = 0; job < jobs; ++job) {
         const int64_t tile = job % tiles, g = (job / tiles) % geo.group;
         const int64_t n = job / tiles / geo.group;
         const int64_t first = tile * kConvTile, len = std::min(kConvTile, out_plane - first);
+        // The tile's first output position; each gathered row walks on from it along x, y, z.
+        const int64_t first_x = first % w.out[2], first_y = first / w.out[2] % w.out[1];
+        const int64_t first_z = first / (w.out[2] * w.out[1]);
         for (int64_t c = 0; c < cg; ++c) {
           const T* xp = x + (n * geo.in_channels + g * cg + c) * in_plane;
           for (int64_t t = 0; t < taps; ++t) {
             const int64_t kx = t % w.kernel[2], ky = t / w.kernel[2] % w.kernel[1];
             const int64_t kz = t / (w.kernel[2] * w.kernel[1]);
             T* row = gathered.data() + (c * taps + t) * kConvTile;
-            // The tile's first output position, then walked along x, y, z.
-            int64_t ox = first % w.out[2], oy = first / w.out[2] % w.out[1];
-            int64_t oz = first / (w.out[2] * w.out[1]);
+            int64_t ox = first_x, oy = first_y, oz = first_z;
             for (int64_t i = 0; i < len; ++i) {
               const int64_t iz = oz * w.stride[0] + kz * w.dilation[0] - w.pad_begin[0];
               const int64_t iy = oy * w.stride[1] + ky * w.dilation[1] - w.pad_begin[1];
@@ -225,7 +225,8 @@ RefKernel conv_kernel(ConvGeometry geo) {
         }
         for (int64_t mm = 0; mm < mg; ++mm) {
           const int64_t m = g * mg + mm;
-          T* a = acc.data();
+          // The tile's slice of output plane m, this job's alone: summed in place.
+          T* a = y + (n * geo.out_channels + m) * out_plane + first;
           std::fill(a, a + len, bias ? bias[m] : T(0));
           const T* wm = weights + m * reduction;
           for (int64_t k = 0; k < reduction; ++k) {
@@ -233,7 +234,6 @@ RefKernel conv_kernel(ConvGeometry geo) {
             const T* src = gathered.data() + k * kConvTile;
             for (int64_t i = 0; i < len; ++i) a[i] += wv * src[i];
           }
-          std::copy(a, a + len, y + (n * geo.out_channels + m) * out_plane + first);
         }
       }
     }
