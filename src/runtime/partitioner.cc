@@ -319,7 +319,8 @@ std::vector<size_t> in_step_order(const Graph& graph, const Placement& placement
 Placement place_on_single_backend(const Graph& graph, Backend& backend, int threads,
                                   std::vector<std::string>* log,
                                   std::vector<std::shared_ptr<Kernel>>* kernels_out, bool strict,
-                                  const std::string& variant) {
+                                  const std::string& variant,
+                                  const CompilesCheck& known_to_compile) {
   auto variant_for = [&](const std::vector<NodeId>& nodes) -> std::string {
     if (variant.empty()) return "";
     std::vector<std::string> offered = backend.variants(extract_subgraph(graph, nodes));
@@ -336,9 +337,15 @@ Placement place_on_single_backend(const Graph& graph, Backend& backend, int thre
     return a.nodes < b.nodes;
   });
   std::vector<int> group_of(graph.num_nodes(), -1);
-  auto try_compile = [&](const Candidate& c) -> std::shared_ptr<Kernel> {
+  // Whether `c` compiles, with its kernel when it had to be compiled to know.
+  struct Compiled {
+    bool ok = false;
+    std::shared_ptr<Kernel> kernel;
+  };
+  auto try_compile = [&](const Candidate& c) -> Compiled {
+    if (known_to_compile && known_to_compile(c)) return {true, nullptr};
     try {
-      return compile_candidate(graph, c);
+      return {true, compile_candidate(graph, c)};
     } catch (const Error& e) {
       const std::string line = fmt::format("{}: {} nodes at '{}' refused: {}", backend.name(),
                                            c.nodes.size(), graph.node(c.nodes[0]).name, e.what());
@@ -349,7 +356,7 @@ Placement place_on_single_backend(const Graph& graph, Backend& backend, int thre
                      BackendRegistry::global().fallback().name());
       }
       if (log) log->push_back(line);
-      return nullptr;
+      return {};
     }
   };
   size_t m = 0;
@@ -364,14 +371,14 @@ Placement place_on_single_backend(const Graph& graph, Backend& backend, int thre
         continue;
       for (NodeId x : match.nodes) group_of[x] = static_cast<int>(placement.size());
       Candidate c{match.nodes, &backend, variant_for(match.nodes), threads};
-      std::shared_ptr<Kernel> kernel;
-      if (groups_are_acyclic(graph, group_of)) kernel = try_compile(c);
-      if (!kernel) {
+      Compiled compiled;
+      if (groups_are_acyclic(graph, group_of)) compiled = try_compile(c);
+      if (!compiled.ok) {
         for (NodeId x : match.nodes) group_of[x] = -1;
         continue;
       }
       placement.push_back(std::move(c));
-      kernels.push_back(std::move(kernel));
+      kernels.push_back(std::move(compiled.kernel));
       break;
     }
   }
@@ -399,17 +406,17 @@ Placement place_on_single_backend(const Graph& graph, Backend& backend, int thre
         size_t end = begin + 1;
         if (parts.size() - begin > 1) {
           Candidate whole = run_of(begin, parts.size());
-          if (std::shared_ptr<Kernel> k = try_compile(whole)) {
+          if (Compiled k = try_compile(whole); k.ok) {
             region = std::move(whole);
-            kernel = std::move(k);
+            kernel = std::move(k.kernel);
             end = parts.size();
           } else {
             for (size_t hi = parts.size() - 1; end < hi;) {
               const size_t mid = (end + hi + 1) / 2;
               Candidate run = run_of(begin, mid);
-              if (std::shared_ptr<Kernel> k = try_compile(run)) {
+              if (Compiled k = try_compile(run); k.ok) {
                 region = std::move(run);
-                kernel = std::move(k);
+                kernel = std::move(k.kernel);
                 end = mid;
               } else {
                 hi = mid - 1;

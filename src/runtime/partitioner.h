@@ -71,10 +71,16 @@ Plan plan_of_steps(const Graph& graph, const std::vector<Step>& steps, int threa
 // not pass on the fallback's results); otherwise it is logged as a warning and the nodes
 // fall back, as a user of that backend alone would want. With a `variant`, each candidate
 // is built as it where the backend offers it for the candidate's nodes, else as the default.
+// A candidate `known_to_compile` says compiles is placed without compiling it (its kernel in
+// `kernels` is then null): the tuner knows from its measurements which candidates compiled,
+// and compiling each of a model's ops again on every backend took most of NASNet-A-Mobile's
+// warm re-tune.
+using CompilesCheck = std::function<bool(const Candidate&)>;
 Placement place_on_single_backend(const Graph& graph, Backend& backend, int threads,
                                   std::vector<std::string>* log = nullptr,
                                   std::vector<std::shared_ptr<Kernel>>* kernels = nullptr,
-                                  bool strict = false, const std::string& variant = "");
+                                  bool strict = false, const std::string& variant = "",
+                                  const CompilesCheck& known_to_compile = {});
 
 // How much of the graph `backend` takes: the nodes its patterns and fusion rules match
 // (before compiling) and the nodes a placement puts on it. A single-backend run that places

@@ -264,6 +264,15 @@ double MeasuredCosts::cost_ms(const Candidate& candidate) {
   return measure(candidate).ms;
 }
 
+std::optional<double> MeasuredCosts::known_cost_ms(const Candidate& c) {
+  if (auto it = memo_.find(MemoKey{c.backend, c.variant, c.threads, c.nodes}); it != memo_.end())
+    return it->second;
+  const KernelJob job = kernel_job(model_, c, machine_, measurer_.options().evict_bytes);
+  if (std::optional<CostRecord> hit = db_.find(job.key.key))
+    return remember(c, *hit, Origin::kKnown).ms;
+  return std::nullopt;
+}
+
 double MeasuredCosts::confirmed_cost_ms(const Candidate& candidate) {
   // The tuner asks for a group's confirmed cost three times (confirming, predicting, writing
   // the plan): the subgraph is extracted and the cost DB read once.

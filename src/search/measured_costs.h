@@ -50,6 +50,9 @@ class MeasuredCosts : public CostModel {
   void measure_all(std::vector<Candidate> candidates, const Progress& progress);
 
   double cost_ms(const Candidate& candidate) override;
+  // The candidate's cost where it is known already (measured in this tune or found in the
+  // cost DB), without measuring it: a finite one says it compiled and ran right here.
+  std::optional<double> known_cost_ms(const Candidate& candidate);
   // The candidate measured once more, apart from the measurement it was chosen by. Where
   // many candidates cost about the same (one region with any of its convs on Winograd),
   // the search keeps the one whose sample came out lowest, so the chosen costs are biased

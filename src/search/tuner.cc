@@ -101,16 +101,22 @@ class Tuner {
   }
 
   Placement search_op_level() {
+    const Clock::time_point t0 = Clock::now();
     OpLevelResult r = op_level_search(graph_, candidates_, costs_);
-    spdlog::debug("op-level search: {} states, predicted {:.3f} ms", r.states_explored, r.cost_ms);
+    spdlog::debug("op-level search: {} states in {:.2f} s, predicted {:.3f} ms", r.states_explored,
+                  seconds_since(t0), r.cost_ms);
     Placement chosen;
     for (int c : r.chosen) chosen.push_back(candidates_[c]);
     return chosen;
   }
 
   // A compiled kernel per candidate, shared by every plan measured end to end.
+  using KernelKey = std::tuple<const Backend*, std::string, int, std::vector<NodeId>>;
+  static KernelKey kernel_key_of(const Candidate& c) {
+    return {c.backend, c.variant, c.threads, c.nodes};
+  }
   std::shared_ptr<Kernel> kernel_for(const Graph& graph, const Candidate& c) {
-    auto key = std::make_tuple(c.backend, c.variant, c.threads, c.nodes);
+    KernelKey key = kernel_key_of(c);
     auto it = kernels_.find(key);
     if (it != kernels_.end()) return it->second;
     return kernels_[key] = compile_candidate(graph, c);
@@ -329,8 +335,17 @@ class Tuner {
     for (Backend* b : backends_) {
       // The fallback is the oracle, not a contender: far slower.
       if (BackendRegistry::global().is_fallback(*b)) continue;
-      Placement placement =
-          complete_placement(graph_, place_on_single_backend(graph_, *b, threads_), threads_);
+      // Candidates measured (in this tune or an earlier one) with a finite cost are known to
+      // compile; the rest are compiled to find out, and those kernels are kept for timing.
+      std::vector<std::shared_ptr<Kernel>> compiled;
+      Placement single = place_on_single_backend(
+          graph_, *b, threads_, nullptr, &compiled, false, "", [this](const Candidate& c) {
+            const std::optional<double> ms = costs_.known_cost_ms(c);
+            return ms && std::isfinite(*ms);
+          });
+      for (size_t i = 0; i < single.size(); ++i)
+        if (compiled[i]) kernels_.emplace(kernel_key_of(single[i]), compiled[i]);
+      Placement placement = complete_placement(graph_, std::move(single), threads_);
       // Timing end to end runs the kernels in this process: one that failed (or crashed,
       // or hung in the worker) when measured alone must not run here.
       if (std::string why = unsafe_group(placement); !why.empty()) {
@@ -484,9 +499,7 @@ class Tuner {
   ConfirmedCosts confirmed_{costs_};
   std::vector<Candidate> candidates_;
   std::vector<RunnerUp> runners_up_;  // best first
-  std::map<std::tuple<const Backend*, std::string, int, std::vector<NodeId>>,
-           std::shared_ptr<Kernel>>
-      kernels_;
+  std::map<KernelKey, std::shared_ptr<Kernel>> kernels_;
   TuneResult result_;
 };
 

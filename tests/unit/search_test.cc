@@ -3,9 +3,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
+#include <set>
 
 #include "collage/plan.h"
 #include "ir/canonical.h"
@@ -121,6 +123,86 @@ TEST(OpLevelSearch, IgnoresFailedCandidatesAndMatchesBruteForce) {
     }
     TableCosts costs(table, 0.0);
     EXPECT_NEAR(op_level_search(g, c, costs).cost_ms, best, 1e-9) << "trial " << trial;
+  }
+}
+
+// Branchy random graphs (each node reads one or two earlier ones), random candidates (any
+// node sets, so some never become ready; each set on 1 and on 2 threads at different costs:
+// the search expands only the cheaper of two such), random step overheads and failures: the
+// search (A* with its node-share bound, its state index) finds the cost an exhaustive
+// recursion over covered sets finds, with a cover of disjoint candidates costing just that.
+TEST(OpLevelSearch, MatchesExhaustiveSearchOnBranchyGraphs) {
+  std::mt19937 rng(11);
+  constexpr int kNodes = 9;
+  for (int trial = 0; trial < 40; ++trial) {
+    Graph g;
+    std::vector<ValueId> v;
+    ValueId x = g.add_value("x", DType::kFloat32, {1}, true);
+    g.inputs = {x};
+    for (int i = 0; i < kNodes; ++i) {
+      std::vector<ValueId> ins = {i == 0 ? x : v[rng() % i]};
+      if (i > 1 && rng() % 2) ins.push_back(v[rng() % i]);
+      v.push_back(g.add_value("v" + std::to_string(i), DType::kFloat32, {1}, true));
+      g.add_node(
+          Node{"n" + std::to_string(i), ins.size() == 1 ? "Relu" : "Add", "", ins, {v.back()}, {}});
+    }
+    g.outputs = {v.back()};
+    std::set<std::vector<NodeId>> sets;
+    for (NodeId i = 0; i < kNodes; ++i) sets.insert({i});
+    while (sets.size() < 30) {
+      std::vector<NodeId> s;
+      for (NodeId i = 0; i < kNodes; ++i)
+        if (rng() % 4 == 0) s.push_back(i);
+      if (s.size() > 1) sets.insert(s);
+    }
+    std::map<TableCosts::Key, double> table;
+    std::vector<Candidate> c;
+    for (const auto& s : sets)
+      for (int threads : {1, 2}) {
+        double cost = 0.1 + (rng() % 1000) / 100.0;
+        if (s.size() > 1 && rng() % 6 == 0) cost = std::numeric_limits<double>::infinity();
+        table[{s, threads}] = cost;
+        c.push_back(candidates_for({s}, threads)[0]);
+      }
+    const double overhead = (rng() % 50) / 100.0;
+    // Exhaustive: the cheapest completion of each covered set, each candidate taken at the
+    // first node it leaves uncovered, once everything it reads from outside is covered.
+    std::map<int, double> memo;
+    std::function<double(int)> best = [&](int covered) -> double {
+      if (covered == (1 << kNodes) - 1) return 0;
+      if (auto it = memo.find(covered); it != memo.end()) return it->second;
+      int first = 0;
+      while (covered >> first & 1) ++first;
+      double out = std::numeric_limits<double>::infinity();
+      for (const Candidate& cand : c) {
+        if (cand.nodes.front() != first) continue;
+        int mine = 0;
+        for (NodeId n : cand.nodes) mine |= 1 << n;
+        bool ready = !(mine & covered);
+        for (NodeId n : cand.nodes)
+          for (ValueId in : g.node(n).inputs) {
+            const NodeId p = g.value(in).producer;
+            if (p >= 0 && !(mine >> p & 1) && !(covered >> p & 1)) ready = false;
+          }
+        if (ready)
+          out =
+              std::min(out, table.at({cand.nodes, cand.threads}) + overhead + best(covered | mine));
+      }
+      return memo[covered] = out;
+    };
+    const double expected = best(0);
+    ASSERT_TRUE(std::isfinite(expected));  // the singletons always cover
+    TableCosts costs(table, overhead);
+    const OpLevelResult r = op_level_search(g, c, costs);
+    EXPECT_NEAR(r.cost_ms, expected, 1e-9) << "trial " << trial;
+    double sum = 0;
+    std::vector<int> times_covered(kNodes, 0);
+    for (int i : r.chosen) {
+      sum += table.at({c[i].nodes, c[i].threads}) + overhead;
+      for (NodeId n : c[i].nodes) ++times_covered[n];
+    }
+    EXPECT_NEAR(sum, r.cost_ms, 1e-9) << "trial " << trial;
+    EXPECT_EQ(times_covered, std::vector<int>(kNodes, 1)) << "trial " << trial;
   }
 }
 
