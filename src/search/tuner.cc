@@ -112,11 +112,8 @@ class Tuner {
 
   // A compiled kernel per candidate, shared by every plan measured end to end.
   using KernelKey = std::tuple<const Backend*, std::string, int, std::vector<NodeId>>;
-  static KernelKey kernel_key_of(const Candidate& c) {
-    return {c.backend, c.variant, c.threads, c.nodes};
-  }
   std::shared_ptr<Kernel> kernel_for(const Graph& graph, const Candidate& c) {
-    KernelKey key = kernel_key_of(c);
+    KernelKey key{c.backend, c.variant, c.threads, c.nodes};
     auto it = kernels_.find(key);
     if (it != kernels_.end()) return it->second;
     return kernels_[key] = compile_candidate(graph, c);
@@ -336,16 +333,17 @@ class Tuner {
       // The fallback is the oracle, not a contender: far slower.
       if (BackendRegistry::global().is_fallback(*b)) continue;
       // Candidates measured (in this tune or an earlier one) with a finite cost are known to
-      // compile; the rest are compiled to find out, and those kernels are kept for timing.
-      std::vector<std::shared_ptr<Kernel>> compiled;
-      Placement single = place_on_single_backend(
-          graph_, *b, threads_, nullptr, &compiled, false, "", [this](const Candidate& c) {
-            const std::optional<double> ms = costs_.known_cost_ms(c);
-            return ms && std::isfinite(*ms);
-          });
-      for (size_t i = 0; i < single.size(); ++i)
-        if (compiled[i]) kernels_.emplace(kernel_key_of(single[i]), compiled[i]);
-      Placement placement = complete_placement(graph_, std::move(single), threads_);
+      // compile; the rest are compiled to find out. (Those kernels are not kept: most of
+      // these plans are never timed, and nine whole-model copies of a big model's weights
+      // would outweigh a compile saved.)
+      Placement placement = complete_placement(
+          graph_,
+          place_on_single_backend(graph_, *b, threads_, nullptr, nullptr, false, "",
+                                  [this](const Candidate& c) {
+                                    const std::optional<double> ms = costs_.known_cost_ms(c);
+                                    return ms && std::isfinite(*ms);
+                                  }),
+          threads_);
       // Timing end to end runs the kernels in this process: one that failed (or crashed,
       // or hung in the worker) when measured alone must not run here.
       if (std::string why = unsafe_group(placement); !why.empty()) {
