@@ -77,7 +77,7 @@ class StateIndex {
 
 struct StateInfo {
   double cost;      // of the cheapest path found here so far
-  double floor_ms;  // the lower bound on covering what is left (see `floor` below)
+  double floor_ms;  // the lower bound on covering what is left (node_floor below)
   int parent;       // index into states, -1 for the start
   int candidate;    // the candidate that led here
 };
@@ -163,8 +163,8 @@ OpLevelResult op_level_search(const Graph& graph, const std::vector<Candidate>& 
     for (ValueId v : graph.inputs) start_frontier.emplace_back(v, bit(0));
     std::sort(start_frontier.begin(), start_frontier.end());
   }
-  // Candidates of the same nodes on the same device (other backends, variants) lead from any
-  // state to the same state: only the cheapest is expanded (the first of equals).
+  // Candidates of the same nodes on the same device (other backends, variants, thread counts)
+  // lead from any state to the same state: only the cheapest is expanded (the first of equals).
   for (std::vector<int>& list : by_first) {
     std::vector<int> kept;
     for (int c : list) {
@@ -224,7 +224,8 @@ OpLevelResult op_level_search(const Graph& graph, const std::vector<Candidate>& 
   // drops by at most a step's cost along each step (consistent), so the first complete
   // state popped is still the cheapest cover. Plain Dijkstra expands every state cheaper than
   // the answer, and a model of many parallel branches has a state per combination of progress
-  // along them: NASNet-A-Mobile's 723 nodes took 1,347,740 states.
+  // along them: NASNet-A-Mobile's 723 nodes took 1,347,740 states (1,223,914 with the bound,
+  // loose there: 9.39 ms against the optimum's 13.23).
   std::vector<double> node_floor(n, std::numeric_limits<double>::infinity());
   for (size_t c = 0; c < candidates.size(); ++c) {
     if (!std::isfinite(cost_ms[c]) || candidates[c].nodes.empty()) continue;
