@@ -73,18 +73,27 @@ MeasuredCosts::Result MeasuredCosts::measured_here(const Candidate& c, const Ker
   return remember(c, record, Origin::kMeasuredHere);
 }
 
-std::optional<MeasuredCosts::Result> MeasuredCosts::try_measure(const Candidate& c, bool first) {
+const KernelJob& MeasuredCosts::job_of(const Candidate& c) {
   MemoKey key{c.backend, c.variant, c.threads, c.nodes};
-  if (auto it = memo_.find(key); it != memo_.end()) return Result{it->second, Origin::kKnown, ""};
-  auto job_it = jobs_.find(key);
-  if (job_it == jobs_.end())
-    job_it =
-        jobs_.emplace(key, kernel_job(model_, c, machine_, measurer_.options().evict_bytes)).first;
-  const KernelJob& job = job_it->second;
-  // A read first: a warm tune finds everything without a write transaction.
-  if (first)
-    if (std::optional<CostRecord> hit = db_.find(job.key.key))
+  auto it = jobs_.find(key);
+  if (it == jobs_.end())
+    it = jobs_.emplace(key, kernel_job(model_, c, machine_, measurer_.options().evict_bytes)).first;
+  return it->second;
+}
+
+std::optional<MeasuredCosts::Result> MeasuredCosts::known(const Candidate& c, bool read_db) {
+  if (auto it = memo_.find(MemoKey{c.backend, c.variant, c.threads, c.nodes}); it != memo_.end())
+    return Result{it->second, Origin::kKnown, ""};
+  if (read_db)
+    if (std::optional<CostRecord> hit = db_.find(job_of(c).key.key))
       return remember(c, *hit, Origin::kKnown);
+  return std::nullopt;
+}
+
+std::optional<MeasuredCosts::Result> MeasuredCosts::try_measure(const Candidate& c, bool first) {
+  // A read first: a warm tune finds everything without a write transaction.
+  if (std::optional<Result> r = known(c, first)) return r;
+  const KernelJob& job = job_of(c);
   keep_leases();
   Claim claim = db_.engine().claim(queue_job(job, c, ""), CostDb::owner(), queue_.lease_s);
   switch (claim.result) {
@@ -265,11 +274,12 @@ double MeasuredCosts::cost_ms(const Candidate& candidate) {
 }
 
 std::optional<double> MeasuredCosts::known_cost_ms(const Candidate& c) {
-  if (auto it = memo_.find(MemoKey{c.backend, c.variant, c.threads, c.nodes}); it != memo_.end())
-    return it->second;
-  const KernelJob job = kernel_job(model_, c, machine_, measurer_.options().evict_bytes);
-  if (std::optional<CostRecord> hit = db_.find(job.key.key))
-    return remember(c, *hit, Origin::kKnown).ms;
+  const MemoKey key{c.backend, c.variant, c.threads, c.nodes};
+  const bool had_job = jobs_.count(key) > 0;
+  if (std::optional<Result> r = known(c, true)) return r->ms;
+  // A job made just to ask is not kept: the region may never be measured (a refused union of
+  // a single-backend plan), and the job holds a copy of the region's weights.
+  if (!had_job) jobs_.erase(key);
   return std::nullopt;
 }
 

@@ -82,6 +82,11 @@ class MeasuredCosts : public CostModel {
   Result measure(const Candidate& candidate);
   // Empty while another process holds the candidate's key (`first`: the first look at it).
   std::optional<Result> try_measure(const Candidate& candidate, bool first);
+  // What is known of the candidate without measuring it: this tune's answer, else (with
+  // `read_db`) the cost DB's record. Empty when neither has it.
+  std::optional<Result> known(const Candidate& candidate, bool read_db);
+  // The candidate's measurement job (its subgraph and cost-DB key), made once.
+  const KernelJob& job_of(const Candidate& candidate);
   Result measured_here(const Candidate& c, const KernelJob& job);
   Result remember(const Candidate& c, const CostRecord& record, Origin origin);
   void count(const Candidate& c, const Result& r);

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "collage/plan.h"
+#include "graph_builder.h"
 #include "ir/canonical.h"
 #include "plan/hardware.h"
 #include "search/cost_db.h"
@@ -135,18 +136,16 @@ TEST(OpLevelSearch, MatchesExhaustiveSearchOnBranchyGraphs) {
   std::mt19937 rng(11);
   constexpr int kNodes = 9;
   for (int trial = 0; trial < 40; ++trial) {
-    Graph g;
-    std::vector<ValueId> v;
-    ValueId x = g.add_value("x", DType::kFloat32, {1}, true);
-    g.inputs = {x};
+    testing::GraphBuilder b;
+    // v[0] the input, v[1 + j] node j's output.
+    std::vector<ValueId> v = {b.input("x", DType::kFloat32, {1})};
     for (int i = 0; i < kNodes; ++i) {
-      std::vector<ValueId> ins = {i == 0 ? x : v[rng() % i]};
-      if (i > 1 && rng() % 2) ins.push_back(v[rng() % i]);
-      v.push_back(g.add_value("v" + std::to_string(i), DType::kFloat32, {1}, true));
-      g.add_node(
-          Node{"n" + std::to_string(i), ins.size() == 1 ? "Relu" : "Add", "", ins, {v.back()}, {}});
+      std::vector<ValueId> ins = {i == 0 ? v[0] : v[1 + rng() % i]};
+      if (i > 1 && rng() % 2) ins.push_back(v[1 + rng() % i]);
+      v.push_back(b.add1(ins.size() == 1 ? "Relu" : "Add", ins));
     }
-    g.outputs = {v.back()};
+    b.output(v.back());
+    const Graph g = b.finish();
     std::set<std::vector<NodeId>> sets;
     for (NodeId i = 0; i < kNodes; ++i) sets.insert({i});
     while (sets.size() < 30) {
