@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "collage/op_registry.h"
+#include "graph_builder.h"
 
 namespace collage {
 namespace {
@@ -84,6 +87,63 @@ TEST(Subgraph, BoundaryConvexityAndExtraction) {
   EXPECT_EQ(sub.value(sub.inputs[0]).name, "x");
   EXPECT_EQ(sub.value(sub.outputs[0]).name, "relu");
   EXPECT_TRUE(sub.value(sub.node(0).inputs[1]).is_constant());
+}
+
+// Convexity by its definition, on random branchy graphs (nodes with several outputs, inputs
+// from any earlier value, so paths leave and re-enter sets in every way): a set is convex
+// iff no node outside it is reached from the set and reaches it. is_convex (one forward
+// pass over the set's range of node ids) must agree on every random subset.
+TEST(Subgraph, ConvexityAgreesWithReachabilityOnRandomGraphs) {
+  std::mt19937 rng(5);
+  int convex = 0, not_convex = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    testing::GraphBuilder b;
+    // Shapes {2} and {1} (a Split's halves) broadcast together under Add.
+    std::vector<ValueId> values = {b.input("x", DType::kFloat32, {2})};
+    const int kNodes = 6 + static_cast<int>(rng() % 10);
+    for (int i = 0; i < kNodes; ++i) {
+      std::vector<ValueId> ins = {values[rng() % values.size()]};
+      if (rng() % 2) ins.push_back(values[rng() % values.size()]);
+      if (ins.size() == 1 && b.graph().value(ins[0]).shape == Shape{2} && rng() % 3 == 0) {
+        auto outs = b.add("Split", ins, {}, 2);
+        values.insert(values.end(), outs.begin(), outs.end());
+      } else {
+        values.push_back(b.add1(ins.size() == 1 ? "Relu" : "Add", ins));
+      }
+    }
+    b.output(values.back());
+    const Graph g = b.finish();
+    const int n = static_cast<int>(g.num_nodes());
+    // reaches[a][c]: a path of one or more edges from node a to node c.
+    std::vector<std::vector<bool>> reaches(n, std::vector<bool>(n, false));
+    for (int c = 0; c < n; ++c)
+      for (ValueId v : g.node(c).inputs)
+        if (NodeId p = g.value(v).producer; p >= 0) {
+          reaches[p][c] = true;
+          for (int a = 0; a < n; ++a)
+            if (reaches[a][p]) reaches[a][c] = true;
+        }
+    for (int s = 0; s < 40; ++s) {
+      std::vector<NodeId> set;
+      std::vector<bool> in(n, false);
+      for (NodeId i = 0; i < n; ++i)
+        if (rng() % 3 == 0) set.push_back(i), in[i] = true;
+      std::shuffle(set.begin(), set.end(), rng);  // the order given must not matter
+      bool expected = true;
+      for (int w = 0; w < n && expected; ++w) {
+        if (in[w]) continue;
+        bool from_set = false, to_set = false;
+        for (int u = 0; u < n; ++u)
+          if (in[u]) from_set |= reaches[u][w], to_set |= reaches[w][u];
+        expected = !(from_set && to_set);
+      }
+      EXPECT_EQ(is_convex(g, set), expected) << "trial " << trial << " set " << s;
+      (expected ? convex : not_convex) += 1;
+    }
+  }
+  // Both answers must have been exercised for the comparison to mean anything.
+  EXPECT_GT(convex, 200);
+  EXPECT_GT(not_convex, 200);
 }
 
 TEST(Subgraph, InteriorValueReadOutsideBecomesAnOutput) {
