@@ -46,12 +46,35 @@ std::vector<Tensor> allocate_outputs(const Graph& g) {
 
 }  // namespace
 
+size_t constant_bytes_read_per_run(const Graph& model, ValueId constant) {
+  const Value& value = model.value(constant);
+  const size_t whole = value.constant.nbytes();
+  // Rows of a table that only Gathers index: each reads its indices' rows, no more.
+  size_t rows_read = 0;
+  for (const Node& node : model.nodes()) {
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (node.inputs[i] != constant) continue;
+      const ValueId indices = node.input(1);
+      if (node.op_type != "Gather" || !node.domain.empty() || i != 0 || indices == kNoValue ||
+          !model.value(indices).shape_known || value.shape.empty())
+        return whole;
+      int64_t axis = node.attr_int("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(value.shape.size());
+      if (axis < 0 || axis >= static_cast<int64_t>(value.shape.size()) || value.shape[axis] <= 0)
+        return whole;
+      const size_t row = whole / static_cast<size_t>(value.shape[axis]);
+      rows_read += static_cast<size_t>(shape_numel(model.value(indices).shape)) * row;
+    }
+  }
+  return std::min(whole, rows_read > 0 ? rows_read : whole);
+}
+
 size_t cache_pressure_bytes(const Graph& model, size_t last_level_cache_bytes) {
   constexpr size_t kMiB = size_t{1} << 20;
   size_t bytes = 0;
   for (size_t v = 0; v < model.num_values(); ++v)
     if (model.value(static_cast<ValueId>(v)).is_constant())
-      bytes += model.value(static_cast<ValueId>(v)).constant.nbytes();
+      bytes += constant_bytes_read_per_run(model, static_cast<ValueId>(v));
   if (bytes < kMiB) return 0;
   size_t cap = 64 * kMiB;
   if (last_level_cache_bytes && 2 * bytes > last_level_cache_bytes)

@@ -358,6 +358,27 @@ TEST(CachePressure, FollowsTheModelsConstantBytesAndEvictsTheLastLevelOnlyWhenIt
   EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(500 * kMiB), 0), 64 * kMiB);
 }
 
+// An embedding table only Gathers read counts by the rows they read (a run never touches
+// the rest); read by anything else, it counts whole.
+TEST(CachePressure, CountsTheRowsGathersReadOfATableOnlyTheyRead) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  auto model = [](bool also_read_whole) {
+    testing::GraphBuilder b;
+    ValueId ids = b.input("ids", DType::kInt64, {8});
+    ValueId table = b.constant("table", Tensor(DType::kFloat32, {4096, 1024}));  // 16 MiB
+    b.output(b.add1("Gather", {table, ids}));
+    b.output(b.add1("Gather", {table, ids}, {{"axis", Attribute::from_int(0)}}));
+    if (also_read_whole) b.output(b.add1("Relu", {table}));
+    return b.finish();
+  };
+  const Graph gathered = model(false), read_whole = model(true);
+  const ValueId table = *gathered.find_value("table");
+  EXPECT_EQ(constant_bytes_read_per_run(gathered, table), 2u * 8 * 1024 * 4);  // 16 rows
+  EXPECT_EQ(cache_pressure_bytes(gathered, 32 * kMiB), 0u);
+  EXPECT_EQ(constant_bytes_read_per_run(read_whole, table), 16 * kMiB);
+  EXPECT_EQ(cache_pressure_bytes(read_whole, 32 * kMiB), 16 * kMiB);
+}
+
 TEST_F(CostDbTest, CostsTimedWithEvictionAreTheirOwnRecords) {
   Graph g = chain(2);
   for (ValueId v = 0; v < static_cast<ValueId>(g.num_values()); ++v) g.value(v).shape = {4096};
