@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <queue>
 
 #include "collage/device.h"
@@ -100,7 +101,7 @@ uint32_t bit(int device) {
 }  // namespace
 
 OpLevelResult op_level_search(const Graph& graph, const std::vector<Candidate>& candidates,
-                              CostModel& costs) {
+                              CostModel& costs, size_t max_states) {
   const size_t n = graph.num_nodes();
   OpLevelResult result;
   if (n == 0) return result;
@@ -252,22 +253,10 @@ OpLevelResult op_level_search(const Graph& graph, const std::vector<Candidate>& 
   if (std::isfinite(whole_floor)) frontier.push({whole_floor, 0});
   std::vector<bool> done(1, false);
 
+  // The steps from state s: each candidate containing its first uncovered node, disjoint
+  // from what is covered and ready; `visit(c, next state, its cost, its floor)`.
   StateKey next{NodeSet(n), {}};  // reused: only a new state is copied (into the index)
-  while (!frontier.empty()) {
-    auto [estimate, s] = frontier.top();
-    frontier.pop();
-    if (done[s] || estimate > states[s].cost + states[s].floor_ms) continue;
-    done[s] = true;
-    ++result.states_explored;
-    const double cost = states[s].cost;
-    NodeId first = index.key(s).covered.first_missing(n);
-    if (first == static_cast<NodeId>(n)) {
-      result.cost_ms = cost;
-      for (int at = s; states[at].parent >= 0; at = states[at].parent)
-        result.chosen.push_back(states[at].candidate);
-      std::reverse(result.chosen.begin(), result.chosen.end());
-      return result;
-    }
+  auto for_each_step = [&](int s, NodeId first, auto&& visit) {
     for (int c : by_first[first]) {
       const StateKey& here = index.key(s);
       if (footprint[c].intersects(here.covered) || !needs[c].subset_of(here.covered)) continue;
@@ -278,13 +267,76 @@ OpLevelResult op_level_search(const Graph& graph, const std::vector<Candidate>& 
         copies = expand(c, here.frontier, next.covered, next.frontier);
         if (!std::isfinite(copies)) continue;
       }
-      const double next_cost = cost + cost_ms[c] + step_overhead_ms + copies;
+      const double next_cost = states[s].cost + cost_ms[c] + step_overhead_ms + copies;
       // Rounding must not make the bound negative (it is 0 once everything is covered).
       const double next_floor = std::max(0.0, states[s].floor_ms - floor_of[c]);
-      const size_t hash = hash_of(next);
-      const int known = index.find(next, hash);
+      visit(c, next, next_cost, next_floor);
+    }
+  };
+  auto finish = [&](int s) {
+    result.cost_ms = states[s].cost;
+    for (int at = s; states[at].parent >= 0; at = states[at].parent)
+      result.chosen.push_back(states[at].candidate);
+    std::reverse(result.chosen.begin(), result.chosen.end());
+    return result;
+  };
+  // Past the bound: from the open state of the lowest estimate, follow the step of the lowest
+  // estimate until everything is covered; from a state with no step left (copies no device
+  // makes, candidates never ready), the next open state.
+  auto complete_greedily = [&]() -> std::optional<OpLevelResult> {
+    result.exact = false;
+    while (!frontier.empty()) {
+      int s = frontier.top().second;
+      frontier.pop();
+      if (done[s]) continue;
+      for (;;) {
+        done[s] = true;
+        ++result.states_explored;
+        const NodeId first = index.key(s).covered.first_missing(n);
+        if (first == static_cast<NodeId>(n)) return finish(s);
+        int best_c = -1;
+        double best_cost = 0, best_floor = 0, best_estimate = 0;
+        StateKey best_key;
+        for_each_step(s, first, [&](int c, const StateKey& key, double cost, double floor) {
+          if (best_c >= 0 && cost + floor >= best_estimate) return;
+          best_c = c, best_cost = cost, best_floor = floor, best_estimate = cost + floor;
+          best_key = key;
+        });
+        if (best_c < 0) break;
+        // Every step covers more nodes, so a dive ends within one step per node; a state
+        // reached before keeps the cheaper of its two paths.
+        const size_t hash = hash_of(best_key);
+        int id = index.find(best_key, hash);
+        if (id < 0) {
+          id = index.add(best_key, hash);
+          states.push_back({best_cost, best_floor, s, best_c});
+          done.push_back(false);
+        } else if (best_cost < states[id].cost) {
+          states[id] = {best_cost, best_floor, s, best_c};
+        }
+        s = id;
+      }
+    }
+    return std::nullopt;
+  };
+
+  while (!frontier.empty()) {
+    if (states.size() >= max_states) {
+      if (auto greedy = complete_greedily()) return *greedy;
+      break;
+    }
+    auto [estimate, s] = frontier.top();
+    frontier.pop();
+    if (done[s] || estimate > states[s].cost + states[s].floor_ms) continue;
+    done[s] = true;
+    ++result.states_explored;
+    const NodeId first = index.key(s).covered.first_missing(n);
+    if (first == static_cast<NodeId>(n)) return finish(s);
+    for_each_step(s, first, [&](int c, const StateKey& key, double next_cost, double next_floor) {
+      const size_t hash = hash_of(key);
+      const int known = index.find(key, hash);
       if (known < 0) {
-        const int id = index.add(next, hash);
+        const int id = index.add(key, hash);
         states.push_back({next_cost, next_floor, s, c});
         done.push_back(false);
         frontier.push({next_cost + next_floor, id});
@@ -294,7 +346,7 @@ OpLevelResult op_level_search(const Graph& graph, const std::vector<Candidate>& 
         states[known].candidate = c;
         frontier.push({next_cost + states[known].floor_ms, known});
       }
-    }
+    });
   }
   fail(ErrorKind::kInternal, "op-level search: no placement covers the whole graph");
 }

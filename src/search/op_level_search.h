@@ -28,11 +28,23 @@ struct OpLevelResult {
   std::vector<int> chosen;  // indices into the candidate list, in execution order
   double cost_ms = 0;       // sum of chosen costs + one step overhead per chosen candidate + copies
   size_t states_explored = 0;
+  // False when the search stopped at its state bound and completed the cover greedily: a
+  // valid cover, not proven cheapest.
+  bool exact = true;
 };
 
+// States kept before the search stops being exact. The states grow with the product of the
+// progress along parallel branches: NASNet-A-Mobile takes 1.1-1.3 M (~200 bytes each), and
+// sixteen parallel chains of six nodes with fusable runs of up to three would take ~8 M
+// (14: 1.3 M in 4 s, each added branch x2.5), so a model with many more branches side by side
+// would exhaust memory. Past the bound the best state found so far is completed greedily.
+inline constexpr size_t kOpLevelMaxStates = 4'000'000;
+
 // Candidates `costs` gives +inf are never chosen. Throws Error(kInternal) when no cover
-// exists (a node no candidate can run).
+// exists (a node no candidate can run). Exact (A*) until `max_states` states are kept; then
+// the open state of the lowest estimate is completed by always taking the step of the lowest
+// estimate (cost so far + the bound on the rest), and `exact` is false.
 OpLevelResult op_level_search(const Graph& graph, const std::vector<Candidate>& candidates,
-                              CostModel& costs);
+                              CostModel& costs, size_t max_states = kOpLevelMaxStates);
 
 }  // namespace collage

@@ -105,6 +105,11 @@ class Tuner {
     OpLevelResult r = op_level_search(graph_, candidates_, costs_);
     spdlog::debug("op-level search: {} states in {:.2f} s, predicted {:.3f} ms", r.states_explored,
                   seconds_since(t0), r.cost_ms);
+    if (!r.exact)
+      spdlog::warn(
+          "op-level search: stopped at {} states (many parallel branches) and completed the "
+          "placement greedily; the graph-level search and the side-by-side timing still apply",
+          kOpLevelMaxStates);
     Placement chosen;
     for (int c : r.chosen) chosen.push_back(candidates_[c]);
     return chosen;
