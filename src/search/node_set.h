@@ -1,6 +1,7 @@
 // A set of node ids as a bitset: the search's state and candidates' footprints.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -44,6 +45,12 @@ class NodeSet {
     return static_cast<NodeId>(num_nodes);
   }
   bool operator==(const NodeSet& o) const { return words_ == o.words_; }
+  // The bits, 64 nodes per word: for storing many sets side by side (the op-level search
+  // keeps a million of them in one array rather than a million small allocations).
+  const std::vector<uint64_t>& words() const { return words_; }
+  void assign_words(const uint64_t* words) {
+    std::copy(words, words + words_.size(), words_.begin());
+  }
   size_t hash() const {
     size_t h = 0;
     for (uint64_t w : words_) h = h * 1000003u ^ std::hash<uint64_t>()(w);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <queue>
 
@@ -35,30 +36,51 @@ size_t hash_of(const StateKey& k) {
 // The states seen so far, each stored once, and an open-addressing index over them. A
 // node-based map keyed by a copy of each state, with a state allocated per expansion to look
 // it up, spent half of the search in malloc on NASNet-A-Mobile's 723 nodes (1.2 M states).
+// The covered sets lie side by side in one array (a set per state was a 96-byte allocation
+// each, and the page faults of a million of them ~10 % of a warm NASNet re-tune).
 class StateIndex {
  public:
+  // `with_frontiers`: states differ by their frontier too (candidates run on devices).
+  StateIndex(size_t num_nodes, bool with_frontiers)
+      : words_((num_nodes + 63) / 64), with_frontiers_(with_frontiers) {}
+
   // The id of `key`, or -1.
   int find(const StateKey& key, size_t hash) const {
     if (slots_.empty()) return -1;
     for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
       const int id = slots_[i];
       if (id < 0) return -1;
-      if (hashes_[id] == hash && keys_[id] == key) return id;
+      if (hashes_[id] == hash && same(id, key)) return id;
     }
   }
   // Adds a state find() does not know; returns its id (0, 1, ... in order).
   int add(const StateKey& key, size_t hash) {
-    if ((keys_.size() + 1) * 2 > slots_.size()) grow();
-    const int id = static_cast<int>(keys_.size());
-    keys_.push_back(key);
+    if ((hashes_.size() + 1) * 2 > slots_.size()) grow();
+    const int id = static_cast<int>(hashes_.size());
+    if (id % kChunkStates == 0)
+      chunks_.push_back(std::make_unique<uint64_t[]>(kChunkStates * words_));
+    std::copy(key.covered.words().begin(), key.covered.words().end(), covered(id));
+    if (with_frontiers_) frontiers_.push_back(key.frontier);
     hashes_.push_back(hash);
     place(id);
     return id;
   }
-  // Valid until the next add().
-  const StateKey& key(int id) const { return keys_[id]; }
+  // Copies state `id` into `out` (whose covered set has the graph's size).
+  void load(int id, StateKey& out) const {
+    out.covered.assign_words(covered(id));
+    if (with_frontiers_) out.frontier = frontiers_[id];
+  }
 
  private:
+  // In chunks, not one growing array: its doublings copied it and held both copies at once.
+  static constexpr size_t kChunkStates = 1 << 16;
+  uint64_t* covered(int id) const {
+    return chunks_[id / kChunkStates].get() + (id % kChunkStates) * words_;
+  }
+  bool same(int id, const StateKey& key) const {
+    return std::equal(key.covered.words().begin(), key.covered.words().end(), covered(id)) &&
+           (!with_frontiers_ || frontiers_[id] == key.frontier);
+  }
   void place(int id) {
     size_t i = hashes_[id] & mask_;
     while (slots_[i] >= 0) i = (i + 1) & mask_;
@@ -67,10 +89,13 @@ class StateIndex {
   void grow() {
     slots_.assign(std::max<size_t>(64, slots_.size() * 2), -1);
     mask_ = slots_.size() - 1;
-    for (int id = 0; id < static_cast<int>(keys_.size()); ++id) place(id);
+    for (int id = 0; id < static_cast<int>(hashes_.size()); ++id) place(id);
   }
 
-  std::vector<StateKey> keys_;
+  size_t words_;  // per covered set
+  bool with_frontiers_;
+  std::vector<std::unique_ptr<uint64_t[]>> chunks_;  // kChunkStates covered sets each
+  std::vector<Frontier> frontiers_;                  // per state, with_frontiers_ only
   std::vector<size_t> hashes_;
   std::vector<int> slots_;  // a power of two of them, at most half in use; -1: empty
   size_t mask_ = 0;
@@ -240,7 +265,8 @@ OpLevelResult op_level_search(const Graph& graph, const std::vector<Candidate>& 
   double whole_floor = 0;
   for (double f : node_floor) whole_floor += f;
 
-  StateIndex index;
+  StateIndex index(n, with_devices);
+  const size_t state_limit = std::min(max_states, kOpLevelMaxStateBytes / ((n + 63) / 64 * 8 + 96));
   std::vector<StateInfo> states;
   using Item = std::pair<double, int>;  // (cost so far + floor of the rest, state)
   std::priority_queue<Item, std::vector<Item>, std::greater<>> frontier;
@@ -253,12 +279,13 @@ OpLevelResult op_level_search(const Graph& graph, const std::vector<Candidate>& 
   if (std::isfinite(whole_floor)) frontier.push({whole_floor, 0});
   std::vector<bool> done(1, false);
 
-  // The steps from state s: each candidate containing its first uncovered node, disjoint
-  // from what is covered and ready; `visit(c, next state, its cost, its floor)`.
-  StateKey next{NodeSet(n), {}};  // reused: only a new state is copied (into the index)
+  // Reused: only a new state is copied (into the index).
+  StateKey here{NodeSet(n), {}}, next{NodeSet(n), {}};
+  // The steps from state s (loaded in `here`, its first uncovered node `first`): each
+  // candidate containing that node, disjoint from what is covered and ready;
+  // `visit(c, next state, its cost, its floor)`.
   auto for_each_step = [&](int s, NodeId first, auto&& visit) {
     for (int c : by_first[first]) {
-      const StateKey& here = index.key(s);
       if (footprint[c].intersects(here.covered) || !needs[c].subset_of(here.covered)) continue;
       next.covered = here.covered;
       next.covered |= footprint[c];
@@ -292,7 +319,8 @@ OpLevelResult op_level_search(const Graph& graph, const std::vector<Candidate>& 
       for (;;) {
         done[s] = true;
         ++result.states_explored;
-        const NodeId first = index.key(s).covered.first_missing(n);
+        index.load(s, here);
+        const NodeId first = here.covered.first_missing(n);
         if (first == static_cast<NodeId>(n)) return finish(s);
         int best_c = -1;
         double best_cost = 0, best_floor = 0, best_estimate = 0;
@@ -321,7 +349,7 @@ OpLevelResult op_level_search(const Graph& graph, const std::vector<Candidate>& 
   };
 
   while (!frontier.empty()) {
-    if (states.size() >= max_states) {
+    if (states.size() >= state_limit) {
       if (auto greedy = complete_greedily()) return *greedy;
       break;
     }
@@ -330,7 +358,8 @@ OpLevelResult op_level_search(const Graph& graph, const std::vector<Candidate>& 
     if (done[s] || estimate > states[s].cost + states[s].floor_ms) continue;
     done[s] = true;
     ++result.states_explored;
-    const NodeId first = index.key(s).covered.first_missing(n);
+    index.load(s, here);
+    const NodeId first = here.covered.first_missing(n);
     if (first == static_cast<NodeId>(n)) return finish(s);
     for_each_step(s, first, [&](int c, const StateKey& key, double next_cost, double next_floor) {
       const size_t hash = hash_of(key);

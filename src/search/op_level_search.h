@@ -33,15 +33,19 @@ struct OpLevelResult {
   bool exact = true;
 };
 
-// States kept before the search stops being exact. The states grow with the product of the
-// progress along parallel branches: NASNet-A-Mobile takes 1.1-1.3 M (~200 bytes each), and
-// sixteen parallel chains of six nodes with fusable runs of up to three would take ~8 M
-// (14: 1.3 M in 4 s, each added branch x2.5), so a model with many more branches side by side
-// would exhaust memory. Past the bound the best state found so far is completed greedily.
+// States kept before the search stops being exact: the fewer of kOpLevelMaxStates and what
+// fits in kOpLevelMaxStateBytes (a state holds its covered set, a bit per node, and ~96 bytes
+// of bookkeeping: ~190 bytes for NASNet-A-Mobile's 723 nodes). The states grow with the
+// product of the progress along parallel branches: NASNet-A-Mobile takes 1.1-1.3 M, and
+// sixteen parallel chains of six nodes with fusable runs of up to three would take ~8 M (14:
+// 1.3 M; each added branch x2.5), so a model with many more branches side by side would
+// exhaust memory. Past the bound the best state found so far is completed greedily.
 inline constexpr size_t kOpLevelMaxStates = 4'000'000;
+inline constexpr size_t kOpLevelMaxStateBytes = size_t{1} << 30;
 
 // Candidates `costs` gives +inf are never chosen. Throws Error(kInternal) when no cover
-// exists (a node no candidate can run). Exact (A*) until `max_states` states are kept; then
+// exists (a node no candidate can run). Exact (A*) until `max_states` states (or
+// kOpLevelMaxStateBytes of them) are kept; then
 // the open state of the lowest estimate is completed by always taking the step of the lowest
 // estimate (cost so far + the bound on the rest), and `exact` is false.
 OpLevelResult op_level_search(const Graph& graph, const std::vector<Candidate>& candidates,

@@ -107,9 +107,10 @@ class Tuner {
                   seconds_since(t0), r.cost_ms);
     if (!r.exact)
       spdlog::warn(
-          "op-level search: stopped at {} states (many parallel branches) and completed the "
-          "placement greedily; the graph-level search and the side-by-side timing still apply",
-          kOpLevelMaxStates);
+          "op-level search: stopped at its bound of states kept ({} explored; many parallel "
+          "branches) and completed the placement greedily; the graph-level search and the "
+          "side-by-side timing still apply",
+          r.states_explored);
     Placement chosen;
     for (int c : r.chosen) chosen.push_back(candidates_[c]);
     return chosen;
