@@ -277,9 +277,13 @@ double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
 }
 
 double measure_step_overhead_ms(int threads) {
-  // A chain of Relu nodes on one float, each its own step on reference: the kernels do
-  // ~nothing, so the time per step is the executor's dispatch cost. (Not Identity: the
-  // executor may alias it away.)
+  // A chain of Relu nodes on one float, each its own step on reference (not Identity: the
+  // executor may alias it away). The time per step is the executor's dispatch (~0.05 us on
+  // the 2-core EPYC) plus the trivial kernel's own call (~1.28 us), which a kernel's cost
+  // alone also holds: so it counts a small step twice, and stands for what small steps lose
+  // in a model beyond their cost alone (another library's pool to wake, caches another
+  // kernel filled: 0.2-1.7 us per step measured in the tiny transformers' plans, docs/
+  // DESIGN.md "Search").
   constexpr int kSteps = 200;
   Graph g;
   ValueId prev = g.add_value("x", DType::kFloat32, {1}, true);
