@@ -63,6 +63,9 @@ struct PlanTiming {
   // is not run at all.
   std::string not_timed_reason;
   bool from_cost_db = false;  // the latency was measured by an earlier tune
+  // Interleaved rounds its median is of (0 when from the cost DB): fewer than the others'
+  // when it fell far behind the fastest and stopped being timed (search/never_worse.h).
+  int rounds = 0;
 };
 
 struct BackendShare {

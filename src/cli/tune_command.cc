@@ -2,6 +2,8 @@
 //                         [--budget S] [--cost-db PATH|URL] [--threads N] [--json]
 //                         [--distributed [--claim-timeout S]] [--lease S]
 #include <fmt/core.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -64,8 +66,11 @@ void print_result(const TuneResult& r) {
   fmt::print("  {:<16} {:>13} {:>13} {:>7} {:>16}\n", "plan", "predicted ms", "measured ms",
              "steps", "written plan is");
   double winner_ms = 0;
-  for (const auto& t : r.timings)
+  int most_rounds = 0;
+  for (const auto& t : r.timings) {
     if (t.name == r.winner) winner_ms = t.measured_ms;
+    most_rounds = std::max(most_rounds, t.rounds);
+  }
   for (const auto& t : r.timings) {
     // A plan with a region never measured alone (a merged graph-level region that failed
     // standalone) has no finite prediction.
@@ -76,9 +81,13 @@ void print_result(const TuneResult& r) {
       fmt::print("  {:<16} {:>13}   not timed: {}\n", name, predicted, t.not_timed_reason);
       continue;
     }
-    fmt::print("  {:<16} {:>13} {:>13.3f} {:>7} {:>15.2f}x\n", name, predicted, t.measured_ms,
+    // A plan that fell far behind was timed in fewer rounds than the others.
+    std::string rounds = t.rounds > 0 && t.rounds < most_rounds
+                             ? fmt::format("   median of {} rounds: far behind", t.rounds)
+                             : std::string();
+    fmt::print("  {:<16} {:>13} {:>13.3f} {:>7} {:>15.2f}x{}\n", name, predicted, t.measured_ms,
                t.steps ? std::to_string(t.steps) : std::string("-"),
-               winner_ms > 0 ? t.measured_ms / winner_ms : 0.0);
+               winner_ms > 0 ? t.measured_ms / winner_ms : 0.0, rounds);
   }
 }
 
@@ -101,7 +110,8 @@ nlohmann::json result_json(const TuneResult& r, const std::string& plan_path) {
          {"timed", t.timed},
          {"not_timed_reason", t.timed ? nlohmann::json() : nlohmann::json(t.not_timed_reason)},
          {"steps", t.steps},
-         {"from_cost_db", t.from_cost_db}});
+         {"from_cost_db", t.from_cost_db},
+         {"rounds", t.rounds}});
   return {{"format", "collage-tune"},
           {"version", 1},
           {"collage_version", version()},

@@ -1,5 +1,6 @@
 #include "search/never_worse.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -22,7 +23,20 @@ std::vector<bool> worth_timing(const std::vector<double>& estimates_ms,
 SideBySide time_side_by_side(const std::vector<std::function<void()>>& runs, int rounds) {
   for (const auto& run : runs) run();  // warm-up
   SideBySide out;
-  out.samples = time_interleaved(runs, rounds);
+  out.samples.resize(runs.size());
+  std::vector<size_t> active(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) active[i] = i;
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<std::function<void()>> round;
+    for (size_t i : active) round.push_back(runs[i]);
+    const std::vector<std::vector<double>> samples = time_interleaved(round, 1);
+    for (size_t k = 0; k < active.size(); ++k) out.samples[active[k]].push_back(samples[k][0]);
+    if (r + 1 < kDropAfterRounds) continue;
+    double best = std::numeric_limits<double>::infinity();
+    for (size_t i : active) best = std::min(best, median_of(out.samples[i]));
+    std::erase_if(active,
+                  [&](size_t i) { return median_of(out.samples[i]) > kDropSlowerThan * best; });
+  }
   for (const std::vector<double>& s : out.samples) out.median_ms.push_back(median_of(s));
   return out;
 }

@@ -18,11 +18,20 @@ inline constexpr double kNotWorthTiming = 3;
 std::vector<bool> worth_timing(const std::vector<double>& estimates_ms,
                                const std::vector<bool>& must);
 
+// A plan whose median after kDropAfterRounds rounds is over kDropSlowerThan times the best
+// median stops being timed: only a plan within kSimplerPlanMargin of the fastest can be kept.
+// Inception-v3's comparison timed four single-backend plans 1.8-2.35x slower than the tuned
+// one for all 15 rounds: a re-tune redoing only the comparison took 24.7 s, 17.3 with them
+// dropped after 3 (the same plan written).
+inline constexpr int kDropAfterRounds = 3;
+inline constexpr double kDropSlowerThan = 1.5;
+
 struct SideBySide {
-  std::vector<std::vector<double>> samples;  // per run, one per round
+  std::vector<std::vector<double>> samples;  // per run, one per round it was timed in
   std::vector<double> median_ms;
 };
-// Runs each once (warm-up), then `rounds` interleaved timed rounds.
+// Runs each once (warm-up), then up to `rounds` interleaved timed rounds, each run timed
+// until it falls behind (kDropSlowerThan, above).
 SideBySide time_side_by_side(const std::vector<std::function<void()>>& runs, int rounds);
 
 // How much faster (a share of its median) a plan with more steps must time than one with

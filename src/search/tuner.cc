@@ -430,6 +430,7 @@ class Tuner {
       SideBySide times = time_side_by_side(runs, 15);
       for (size_t i = 0; i < timed.size(); ++i) {
         timed[i]->timing.measured_ms = times.median_ms[i];
+        timed[i]->timing.rounds = static_cast<int>(times.samples[i].size());
         CostRecord record;
         record.milliseconds = times.median_ms[i];
         db_.put(timed[i]->side_by_side.key, kPlanSideBySideRecord, machine_.fingerprint(),

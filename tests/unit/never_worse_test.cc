@@ -3,7 +3,9 @@
 // slower than any single-backend plan.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "search/never_worse.h"
@@ -50,6 +52,24 @@ TEST(NeverWorse, UntimedPlansNeverWin) {
   EXPECT_EQ(side_by_side_winner({nan, 30.0}, {1, 5}, {true, false}), 1u);
   EXPECT_EQ(side_by_side_winner({5.0}, {2}, {false}), 0u);
   EXPECT_EQ(side_by_side_winner({}, {}, {}), 0u);
+}
+
+// A plan far behind after kDropAfterRounds rounds is timed no more; the others are timed in
+// every round, and a plan within kDropSlowerThan of the fastest is never dropped. (Sleeps of
+// 2, 2.4 and 8 ms: ratios 1.2 and 4 against the 1.5 bound, far from it for a loaded machine.)
+TEST(NeverWorse, PlansFarBehindStopBeingTimed) {
+  auto sleeper = [](double ms) {
+    return [ms] { std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms)); };
+  };
+  const SideBySide t = time_side_by_side({sleeper(2), sleeper(8), sleeper(2.4)}, 8);
+  ASSERT_EQ(t.samples.size(), 3u);
+  EXPECT_EQ(t.samples[0].size(), 8u);
+  EXPECT_EQ(t.samples[1].size(), static_cast<size_t>(kDropAfterRounds));
+  EXPECT_EQ(t.samples[2].size(), 8u);
+  EXPECT_GE(t.median_ms[1], 8.0);
+  EXPECT_LT(t.median_ms[0], t.median_ms[2]);
+  // One plan alone is timed in every round.
+  EXPECT_EQ(time_side_by_side({sleeper(1)}, 4).samples[0].size(), 4u);
 }
 
 }  // namespace
