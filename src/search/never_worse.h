@@ -1,6 +1,7 @@
 // The never-worse comparison, one rule for the tuner and `collage bench`: plans of one model
 // are timed side by side (interleaved rounds, time_interleaved), except those whose estimate
-// is so far above the best that timing them would only cost time.
+// is so far above the best that timing them would only cost time; in the tuner, a plan that
+// times far behind the best in the first rounds is timed no more.
 #pragma once
 
 #include <functional>
