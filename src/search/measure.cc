@@ -44,37 +44,52 @@ std::vector<Tensor> allocate_outputs(const Graph& g) {
   return outs;
 }
 
+// Per value: the bytes of it one run reads if it is a constant (see constant_bytes_read_per_run),
+// in one pass over the nodes.
+std::vector<size_t> constant_bytes_read(const Graph& model) {
+  const size_t nv = model.num_values();
+  std::vector<size_t> rows_read(nv, 0);
+  std::vector<bool> read_whole(nv, false);
+  for (const Node& node : model.nodes())
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const ValueId v = node.inputs[i];
+      if (v == kNoValue || !model.value(v).is_constant() || read_whole[v]) continue;
+      // Rows of a table that only Gathers index: each reads its indices' rows, no more.
+      const Value& table = model.value(v);
+      const ValueId indices = node.input(1);
+      int64_t axis = node.attr_int("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(table.shape.size());
+      const bool gathered = node.op_type == "Gather" && node.domain.empty() && i == 0 &&
+                            indices != kNoValue && model.value(indices).shape_known && axis >= 0 &&
+                            axis < static_cast<int64_t>(table.shape.size()) &&
+                            table.shape[axis] > 0;
+      if (!gathered) {
+        read_whole[v] = true;
+        continue;
+      }
+      const size_t row = table.constant.nbytes() / static_cast<size_t>(table.shape[axis]);
+      rows_read[v] += static_cast<size_t>(shape_numel(model.value(indices).shape)) * row;
+    }
+  std::vector<size_t> bytes(nv, 0);
+  for (size_t v = 0; v < nv; ++v) {
+    const Value& value = model.value(static_cast<ValueId>(v));
+    if (!value.is_constant()) continue;
+    const size_t whole = value.constant.nbytes();
+    bytes[v] = read_whole[v] || rows_read[v] == 0 ? whole : std::min(whole, rows_read[v]);
+  }
+  return bytes;
+}
+
 }  // namespace
 
 size_t constant_bytes_read_per_run(const Graph& model, ValueId constant) {
-  const Value& value = model.value(constant);
-  const size_t whole = value.constant.nbytes();
-  // Rows of a table that only Gathers index: each reads its indices' rows, no more.
-  size_t rows_read = 0;
-  for (const Node& node : model.nodes()) {
-    for (size_t i = 0; i < node.inputs.size(); ++i) {
-      if (node.inputs[i] != constant) continue;
-      const ValueId indices = node.input(1);
-      if (node.op_type != "Gather" || !node.domain.empty() || i != 0 || indices == kNoValue ||
-          !model.value(indices).shape_known || value.shape.empty())
-        return whole;
-      int64_t axis = node.attr_int("axis", 0);
-      if (axis < 0) axis += static_cast<int64_t>(value.shape.size());
-      if (axis < 0 || axis >= static_cast<int64_t>(value.shape.size()) || value.shape[axis] <= 0)
-        return whole;
-      const size_t row = whole / static_cast<size_t>(value.shape[axis]);
-      rows_read += static_cast<size_t>(shape_numel(model.value(indices).shape)) * row;
-    }
-  }
-  return std::min(whole, rows_read > 0 ? rows_read : whole);
+  return constant_bytes_read(model)[constant];
 }
 
 size_t cache_pressure_bytes(const Graph& model, size_t last_level_cache_bytes) {
   constexpr size_t kMiB = size_t{1} << 20;
   size_t bytes = 0;
-  for (size_t v = 0; v < model.num_values(); ++v)
-    if (model.value(static_cast<ValueId>(v)).is_constant())
-      bytes += constant_bytes_read_per_run(model, static_cast<ValueId>(v));
+  for (size_t b : constant_bytes_read(model)) bytes += b;
   if (bytes < kMiB) return 0;
   size_t cap = 64 * kMiB;
   if (last_level_cache_bytes && 2 * bytes > last_level_cache_bytes)
