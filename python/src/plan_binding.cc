@@ -231,6 +231,9 @@ void bind_plan(py::module_& m) {
           },
           "None when it was timed; else why not (its prediction, or a kernel that failed)")
       .def_readonly("from_cost_db", &PlanTiming::from_cost_db)
+      .def_readonly("rounds", &PlanTiming::rounds,
+                    "interleaved rounds its median is of (0 when from the cost DB; fewer than "
+                    "the others' when it fell far behind the fastest)")
       .def("__repr__", [](const PlanTiming& t) {
         return fmt::format("<collage.PlanTiming {}: predicted {:.3f} ms, measured {}>", t.name,
                            t.predicted_ms,

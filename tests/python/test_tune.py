@@ -28,9 +28,13 @@ def test_round_trip(cli, model, tuned, workdir):
     names = [t.name for t in report.timings]
     assert names[0] == "tuned" and {"onednn", "xnnpack", "blas"} <= set(names)
     winner = next(t for t in report.timings if t.name == report.winner)
-    # Every plan not timed says why; a timed one has no reason.
+    # Every plan not timed says why; a timed one has no reason. A timed plan's median is of
+    # at least the rounds before plans far behind stop being timed (3), the winner's of the
+    # most.
     for t in report.timings:
         assert (t.not_timed_reason is None) == t.timed, t
+        assert t.rounds >= 3 if t.timed and not t.from_cost_db else t.rounds == 0, t
+    assert winner.from_cost_db or winner.rounds == max(t.rounds for t in report.timings)
     assert plan.measured_ms == pytest.approx(winner.measured_ms)
     assert report.candidates == report.measured + report.cache_hits
     assert report.cost_db.endswith("costs.db")
