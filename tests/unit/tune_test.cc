@@ -159,17 +159,21 @@ TEST(Tune, ThePredictionTakesConfirmedCostsNotTheSamplesTheChoiceWasMadeBy) {
   // Samples that agree within 2x: no third was taken.
   EXPECT_EQ(count(thirds), 0);
 
-  // Confirmations 1000x too high (timed while something else held the cores): every group
-  // gets a third sample, and the median of the three is not the outlier.
+  // Confirmations a million times too high (timed while something else held the cores):
+  // every group gets a third sample, and the median of the three is not the outlier. The
+  // third is a real timing: with another test holding both cores, a 16 us kernel's sample
+  // came out 1000x (its OpenMP team waiting for a descheduled thread, a clean-clone `make
+  // test` of 2026-11-27), so the outlier is far beyond what a loaded machine makes and the
+  // bound sits between them.
   const std::string spoil_confirmations =
-      "UPDATE costs SET cost_ms = cost_ms * 1000 WHERE backend = 'confirmation' AND ok = 1";
+      "UPDATE costs SET cost_ms = cost_ms * 1e6 WHERE backend = 'confirmation' AND ok = 1";
   ASSERT_EQ(sqlite3_exec(sql, spoil_confirmations.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
   TuneResult third = tune(g, options);
   EXPECT_EQ(third.winner, first.winner);
   EXPECT_GE(count(thirds), 1);
   ASSERT_EQ(third.plan.groups.size(), first.plan.groups.size());
   for (size_t i = 0; i < first.plan.groups.size(); ++i)
-    EXPECT_LE(third.plan.groups[i].cost_ms, 10 * first.plan.groups[i].cost_ms) << i;
+    EXPECT_LE(third.plan.groups[i].cost_ms, 1e4 * first.plan.groups[i].cost_ms) << i;
   sqlite3_close(sql);
 }
 
