@@ -161,10 +161,10 @@ TEST(Tune, ThePredictionTakesConfirmedCostsNotTheSamplesTheChoiceWasMadeBy) {
 
   // Confirmations a million times too high (timed while something else held the cores):
   // every group gets a third sample, and the median of the three is not the outlier. The
-  // third is a real timing: with another test holding both cores, a 16 us kernel's sample
-  // came out 1000x (its OpenMP team waiting for a descheduled thread, a clean-clone `make
-  // test` of 2026-11-27), so the outlier is far beyond what a loaded machine makes and the
-  // bound sits between them.
+  // third is a real timing: with another test holding both cores, a 16 us kernel's came
+  // out at 1000x or more (its OpenMP team waiting for a descheduled thread; a clean-clone
+  // `make test` of 2026-11-27), so the outlier is far beyond what a loaded machine makes and
+  // the bound sits between them.
   const std::string spoil_confirmations =
       "UPDATE costs SET cost_ms = cost_ms * 1e6 WHERE backend = 'confirmation' AND ok = 1";
   ASSERT_EQ(sqlite3_exec(sql, spoil_confirmations.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
