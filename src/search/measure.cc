@@ -54,16 +54,19 @@ std::vector<size_t> constant_bytes_read(const Graph& model) {
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const ValueId v = node.inputs[i];
       if (v == kNoValue || !model.value(v).is_constant() || read_whole[v]) continue;
-      // Rows of a table that only Gathers index: each reads its indices' rows, no more.
+      // Rows of a table that only Gathers index: each reads its indices' rows, no more. (The
+      // axis is read of Gathers only: another op's "axis" may be of another type, and the
+      // typed getter throws on that.)
       const Value& table = model.value(v);
       const ValueId indices = node.input(1);
-      int64_t axis = node.attr_int("axis", 0);
-      if (axis < 0) axis += static_cast<int64_t>(table.shape.size());
-      const bool gathered = node.op_type == "Gather" && node.domain.empty() && i == 0 &&
-                            indices != kNoValue && model.value(indices).shape_known && axis >= 0 &&
-                            axis < static_cast<int64_t>(table.shape.size()) &&
-                            table.shape[axis] > 0;
-      if (!gathered) {
+      const int64_t rank = static_cast<int64_t>(table.shape.size());
+      int64_t axis = -1;
+      if (node.op_type == "Gather" && node.domain.empty() && i == 0 && indices != kNoValue &&
+          model.value(indices).shape_known) {
+        axis = node.attr_int("axis", 0);
+        if (axis < 0) axis += rank;
+      }
+      if (axis < 0 || axis >= rank || table.shape[axis] <= 0) {
         read_whole[v] = true;
         continue;
       }

@@ -434,6 +434,16 @@ TEST(CachePressure, CountsTheRowsGathersReadOfATableOnlyTheyRead) {
   EXPECT_EQ(cache_pressure_bytes(gathered, 32 * kMiB), 0u);
   EXPECT_EQ(constant_bytes_read_per_run(read_whole, table), 16 * kMiB);
   EXPECT_EQ(cache_pressure_bytes(read_whole, 32 * kMiB), 16 * kMiB);
+  // A custom op's "axis" of another type is not read: the table counts whole, nothing throws.
+  Graph custom = model(false);
+  const ValueId out = custom.add_value("custom_out", DType::kFloat32, {1}, true);
+  custom.add_node(Node{"custom",
+                       "Thing",
+                       "com.example",
+                       {table},
+                       {out},
+                       {{"axis", Attribute::from_string("rows")}}});
+  EXPECT_EQ(constant_bytes_read_per_run(custom, table), 16 * kMiB);
 }
 
 TEST_F(CostDbTest, CostsTimedWithEvictionAreTheirOwnRecords) {
