@@ -13,7 +13,9 @@ namespace collage {
 class NodeSet {
  public:
   NodeSet() = default;
-  explicit NodeSet(size_t num_nodes) : words_((num_nodes + 63) / 64, 0) {}
+  explicit NodeSet(size_t num_nodes) : words_(words_for(num_nodes), 0) {}
+  // 64-bit words of a set over `num_nodes` nodes.
+  static size_t words_for(size_t num_nodes) { return (num_nodes + 63) / 64; }
   NodeSet(size_t num_nodes, const std::vector<NodeId>& nodes) : NodeSet(num_nodes) {
     for (NodeId n : nodes) insert(n);
   }

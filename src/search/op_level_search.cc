@@ -21,7 +21,6 @@ using Frontier = std::vector<std::pair<ValueId, uint32_t>>;
 struct StateKey {
   NodeSet covered;
   Frontier frontier;
-  bool operator==(const StateKey&) const = default;
 };
 
 size_t hash_of(const StateKey& k) {
@@ -42,7 +41,7 @@ class StateIndex {
  public:
   // `with_frontiers`: states differ by their frontier too (candidates run on devices).
   StateIndex(size_t num_nodes, bool with_frontiers)
-      : words_((num_nodes + 63) / 64), with_frontiers_(with_frontiers) {}
+      : words_(NodeSet::words_for(num_nodes)), with_frontiers_(with_frontiers) {}
 
   // The id of `key`, or -1.
   int find(const StateKey& key, size_t hash) const {
@@ -266,7 +265,9 @@ OpLevelResult op_level_search(const Graph& graph, const std::vector<Candidate>& 
   for (double f : node_floor) whole_floor += f;
 
   StateIndex index(n, with_devices);
-  const size_t state_limit = std::min(max_states, kOpLevelMaxStateBytes / ((n + 63) / 64 * 8 + 96));
+  // A state's bytes: its covered set, and ~96 of bookkeeping (hash, slots, StateInfo, queue).
+  const size_t state_bytes = NodeSet::words_for(n) * sizeof(uint64_t) + 96;
+  const size_t state_limit = std::min(max_states, kOpLevelMaxStateBytes / state_bytes);
   std::vector<StateInfo> states;
   using Item = std::pair<double, int>;  // (cost so far + floor of the rest, state)
   std::priority_queue<Item, std::vector<Item>, std::greater<>> frontier;
