@@ -49,14 +49,20 @@ bool write_all(int fd, const char* data, size_t n) {
 
 // Protocol: a request is header lines then the model bytes:
 //   backend NAME \n variant NAME \n threads N \n verify 0|1 \n budget_ms X \n
-//   evict_bytes N \n model NBYTES \n <bytes>
+//   evict_bytes N \n [abandon_above_ms X \n] model NBYTES \n <bytes>
 // and the answer one line: "ok MS" or "fail REASON". (An empty variant is "variant " + "".)
-std::string encode_request(const std::string& model, const Candidate& c, const MeasureOptions& o) {
+// abandon_above_ms (Measurer::time_kernel) only where there is one: a distributed job's
+// request, which never has one, reads the same to workers built before it.
+std::string encode_request(const std::string& model, const Candidate& c, const MeasureOptions& o,
+                           double abandon_above_ms) {
+  std::string abandon = abandon_above_ms < Measurer::kNeverAbandon
+                            ? fmt::format("abandon_above_ms {:.17g}\n", abandon_above_ms)
+                            : "";
   return fmt::format(
-             "backend {}\nvariant {}\nthreads {}\nverify {}\nbudget_ms {}\nevict_bytes {}\nmodel "
+             "backend {}\nvariant {}\nthreads {}\nverify {}\nbudget_ms {}\nevict_bytes {}\n{}model "
              "{}\n",
              c.backend->name(), c.variant, c.threads, o.verify ? 1 : 0, o.budget_ms, o.evict_bytes,
-             model.size()) +
+             abandon, model.size()) +
          model;
 }
 
@@ -89,14 +95,18 @@ bool read_line(int fd, std::string& line) {
   }
 }
 
-// "key value" with the expected key; false otherwise.
-bool header(int fd, const char* key, std::string& value) {
-  std::string line;
-  if (!read_line(fd, line)) return false;
+// `line`'s value after "KEY ", if it starts so.
+bool header_value(const std::string& line, const char* key, std::string& value) {
   std::string prefix = std::string(key) + " ";
   if (line.compare(0, prefix.size(), prefix) != 0) return false;
   value = line.substr(prefix.size());
   return true;
+}
+
+// The next line's value, if it is "KEY value"; false otherwise.
+bool header(int fd, const char* key, std::string& value) {
+  std::string line;
+  return read_line(fd, line) && header_value(line, key, value);
 }
 
 std::string one_line(std::string s) {
@@ -189,13 +199,13 @@ CostRecord IsolatedWorker::lost_worker(const std::string& why) {
 }
 
 std::string measure_request(const Graph& subgraph, const Candidate& candidate,
-                            const MeasureOptions& options) {
-  return encode_request(model_to_bytes(subgraph), candidate, options);
+                            const MeasureOptions& options, double abandon_above_ms) {
+  return encode_request(model_to_bytes(subgraph), candidate, options, abandon_above_ms);
 }
 
 CostRecord IsolatedWorker::measure(const Graph& subgraph, const Candidate& candidate,
-                                   const MeasureOptions& options) {
-  return measure(measure_request(subgraph, candidate, options));
+                                   const MeasureOptions& options, double abandon_above_ms) {
+  return measure(measure_request(subgraph, candidate, options, abandon_above_ms));
 }
 
 CostRecord IsolatedWorker::measure(const std::string& request) {
@@ -243,12 +253,14 @@ int run_measure_worker() {
   size_t measurer_evict = 0;
   const Hardware machine = this_machine(0);
   while (true) {
-    std::string backend, variant, threads, verify, budget, evict, size;
+    std::string backend, variant, threads, verify, budget, evict, abandon, size, line;
     if (!header(0, "backend", backend)) return 0;  // EOF: the tuner is done
     if (!header(0, "variant", variant) || !header(0, "threads", threads) ||
         !header(0, "verify", verify) || !header(0, "budget_ms", budget) ||
-        !header(0, "evict_bytes", evict) || !header(0, "model", size))
+        !header(0, "evict_bytes", evict) || !read_line(0, line))
       return 2;
+    if (header_value(line, "abandon_above_ms", abandon) && !read_line(0, line)) return 2;
+    if (!header_value(line, "model", size)) return 2;
     std::string bytes(std::stoull(size), '\0');
     if (!read_exact(0, bytes.data(), bytes.size())) return 2;
     std::string answer;
@@ -273,7 +285,10 @@ int run_measure_worker() {
       candidate.nodes.resize(g.num_nodes());
       for (size_t i = 0; i < candidate.nodes.size(); ++i)
         candidate.nodes[i] = static_cast<NodeId>(i);
-      CostRecord r = measurer->measure(g, candidate).record;
+      CostRecord r = measurer
+                         ->measure(g, candidate,
+                                   abandon.empty() ? Measurer::kNeverAbandon : std::stod(abandon))
+                         .record;
       answer =
           r.ok ? fmt::format("ok {:.17g}\n", r.milliseconds) : "fail " + one_line(r.reason) + "\n";
     } catch (const std::exception& e) {

@@ -34,9 +34,10 @@ class IsolatedWorker {
   IsolatedWorker& operator=(const IsolatedWorker&) = delete;
 
   // Compiles, verifies and times `subgraph` (the whole of it) in the worker, built as
-  // `candidate` says (its nodes are ignored).
+  // `candidate` says (its nodes are ignored); `abandon_above_ms` as Measurer::time_kernel.
   CostRecord measure(const Graph& subgraph, const Candidate& candidate,
-                     const MeasureOptions& options);
+                     const MeasureOptions& options,
+                     double abandon_above_ms = Measurer::kNeverAbandon);
   // The same for a request made by measure_request (a distributed job's, made elsewhere).
   CostRecord measure(const std::string& request);
   int restarts() const { return starts_ > 0 ? starts_ - 1 : 0; }
@@ -57,7 +58,8 @@ class IsolatedWorker {
 // ignored): header lines and the subgraph as ONNX bytes. What a job in the cost database's
 // queue carries to `collage measure-worker` processes on other machines.
 std::string measure_request(const Graph& subgraph, const Candidate& candidate,
-                            const MeasureOptions& options);
+                            const MeasureOptions& options,
+                            double abandon_above_ms = Measurer::kNeverAbandon);
 
 // The worker's loop: requests on stdin, one result line each on the original stdout (stdout
 // itself is pointed at stderr, so kernels that print cannot corrupt the protocol). Returns

@@ -183,16 +183,19 @@ KernelJob kernel_job(const Graph& model, const Candidate& candidate, const Hardw
   return job;
 }
 
-CostRecord Measurer::measure_now(const KernelJob& job, const Candidate& candidate) {
-  return isolated_ ? isolated_->measure(job.subgraph, candidate, options_)
-                   : measure_uncached(job.subgraph, canonical_text(job.subgraph), candidate);
+CostRecord Measurer::measure_now(const KernelJob& job, const Candidate& candidate,
+                                 double abandon_above_ms) {
+  return isolated_ ? isolated_->measure(job.subgraph, candidate, options_, abandon_above_ms)
+                   : measure_uncached(job.subgraph, canonical_text(job.subgraph), candidate,
+                                      abandon_above_ms);
 }
 
-MeasureResult Measurer::measure(const Graph& model, const Candidate& candidate) {
+MeasureResult Measurer::measure(const Graph& model, const Candidate& candidate,
+                                double abandon_above_ms) {
   KernelJob job = kernel_job(model, candidate, hardware_, options_.evict_bytes);
   if (db_)
     if (auto hit = db_->find(job.key.key)) return {*hit, true};
-  CostRecord record = measure_now(job, candidate);
+  CostRecord record = measure_now(job, candidate, abandon_above_ms);
   // Another process may have stored it meanwhile: every user of a key sees the first record.
   if (db_)
     record = db_->put(job.key.key, job.label, job.hardware.fingerprint(), job.key.text, record);
@@ -214,7 +217,7 @@ const std::vector<Tensor>& Measurer::reference_outputs(const Graph& sub,
 }
 
 CostRecord Measurer::measure_uncached(const Graph& sub, const std::string& canonical,
-                                      const Candidate& candidate) {
+                                      const Candidate& candidate, double abandon_above_ms) {
   try {
     use_threads_on_this_thread(candidate.threads);
     // Measured as sessions run it (runtime/threads.h): denormals flushed to zero.
@@ -245,7 +248,8 @@ CostRecord Measurer::measure_uncached(const Graph& sub, const std::string& canon
       if (!mismatch.empty()) return CostRecord::failure("wrong result: " + mismatch);
     }
     CostRecord ok;
-    ok.milliseconds = time_kernel(*kernel, run_inputs, run_outputs, candidate.threads, device);
+    ok.milliseconds =
+        time_kernel(*kernel, run_inputs, run_outputs, candidate.threads, device, abandon_above_ms);
     return ok;
   } catch (const std::exception& e) {
     return CostRecord::failure(e.what());
@@ -253,8 +257,8 @@ CostRecord Measurer::measure_uncached(const Graph& sub, const std::string& canon
 }
 
 double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
-                             const std::vector<Tensor>& outputs, int threads,
-                             Device* device) const {
+                             const std::vector<Tensor>& outputs, int threads, Device* device,
+                             double abandon_above_ms) const {
   // The eviction reads with this thread's OpenMP team: the kernel's threads.
   use_threads_on_this_thread(threads);
   // The verification run already warmed caches and JIT state; slow kernels (the reference
@@ -278,6 +282,9 @@ double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
     auto t0 = Clock::now();
     run();
     samples.push_back(ms_since(t0));
+    if (static_cast<int>(samples.size()) == kAbandonSamples &&
+        *std::min_element(samples.begin(), samples.end()) > abandon_above_ms)
+      break;
     const int needed = samples.front() > kSlowKernelMs ? 3 : options_.min_repeats;
     // Runs after an eviction scatter more (DRAM, page walks) and rarely reach the spread
     // target; past kEvictedSamples more samples only move the median by noise, while each

@@ -6,6 +6,7 @@
 // or computes a wrong result costs +inf with the reason recorded.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -95,16 +96,25 @@ class Measurer {
   Measurer(CostDb* db, Hardware machine, MeasureOptions options);
 
   // `candidate.nodes` of `model`, built and run as the candidate says.
-  MeasureResult measure(const Graph& model, const Candidate& candidate);
+  // `abandon_above_ms`: see time_kernel.
+  MeasureResult measure(const Graph& model, const Candidate& candidate,
+                        double abandon_above_ms = kNeverAbandon);
   // Measures `job` (made from `candidate`) now, whatever the cost DB holds, and stores
   // nothing (the caller claimed the key in the job queue and stores the record).
-  CostRecord measure_now(const KernelJob& job, const Candidate& candidate);
+  CostRecord measure_now(const KernelJob& job, const Candidate& candidate,
+                         double abandon_above_ms = kNeverAbandon);
   // Times an already compiled kernel on `inputs` with `threads`: the median in milliseconds.
   // A device kernel (`device` not null) gets tensors in device memory and is timed until
-  // the device is done.
+  // the device is done. Timing stops after kAbandonSamples samples when even the fastest of
+  // them is above `abandon_above_ms` (the caller knows a kernel of the same nodes that much
+  // faster, so this one cannot be chosen over it): the cost is then their median, an honest
+  // but coarser number, where a full timing takes up to 15 samples with an eviction before
+  // each (Inception-v3's cold measuring phase 208 -> 194 s, GoogLeNet's 120 -> 107 s).
   double time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
-                     const std::vector<Tensor>& outputs, int threads,
-                     Device* device = nullptr) const;
+                     const std::vector<Tensor>& outputs, int threads, Device* device = nullptr,
+                     double abandon_above_ms = kNeverAbandon) const;
+  static constexpr double kNeverAbandon = std::numeric_limits<double>::infinity();
+  static constexpr int kAbandonSamples = 3;
   const Hardware& hardware() const { return hardware_; }
   const MeasureOptions& options() const { return options_; }
   // Measures uncached candidates in `worker` (not owned; null: in this process), so a
@@ -115,7 +125,7 @@ class Measurer {
   // Reads the eviction buffer, then the kernel's inputs and outputs.
   void evict_caches(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) const;
   CostRecord measure_uncached(const Graph& subgraph, const std::string& canonical,
-                              const Candidate& candidate);
+                              const Candidate& candidate, double abandon_above_ms);
   const std::vector<Tensor>& reference_outputs(const Graph& subgraph, const std::string& canonical,
                                                const std::vector<Tensor>& inputs);
 

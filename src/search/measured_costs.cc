@@ -52,13 +52,23 @@ MeasuredCosts::Result MeasuredCosts::remember(const Candidate& c, const CostReco
   MemoKey key{c.backend, c.variant, c.threads, c.nodes};
   memo_[key] = record.milliseconds;
   jobs_.erase(key);
+  if (record.ok && std::isfinite(record.milliseconds)) {
+    auto [it, added] =
+        fastest_.try_emplace({c.backend->device(), c.threads, c.nodes}, record.milliseconds);
+    if (!added) it->second = std::min(it->second, record.milliseconds);
+  }
   return {record.milliseconds, origin, record.ok ? "" : record.reason};
+}
+
+double MeasuredCosts::abandon_above_ms(const Candidate& c) const {
+  auto it = fastest_.find({c.backend->device(), c.threads, c.nodes});
+  return it == fastest_.end() ? Measurer::kNeverAbandon : kAbandonFactor * it->second;
 }
 
 MeasuredCosts::Result MeasuredCosts::measured_here(const Candidate& c, const KernelJob& job) {
   CostRecord record;
   try {
-    record = measurer_.measure_now(job, c);
+    record = measurer_.measure_now(job, c, abandon_above_ms(c));
   } catch (...) {
     // Give the key back at once rather than after the lease (an interrupt, a lost worker).
     try {

@@ -69,6 +69,14 @@ class MeasuredCosts : public CostModel {
   // Measured once per device, direction and size, kept in the cost DB.
   double copy_ms(Device& device, bool to_host, size_t bytes) override;
   const MeasureStats& stats() const { return stats_; }
+  // Where a candidate measured now stops being timed (Measurer::time_kernel): kAbandonFactor
+  // times the fastest cost known of its nodes on its device and thread count (measured in
+  // this tune or found in the cost DB), infinite where none is known. Costs are additive
+  // over a cover, so a candidate that slow can never be part of the cheapest one; and what
+  // the graph-level search and the final comparison decide is timed end to end. 1.5, not
+  // closer to 1: the known cost is a median and may itself have come out low.
+  double abandon_above_ms(const Candidate& candidate) const;
+  static constexpr double kAbandonFactor = 1.5;
 
  private:
   using MemoKey = std::tuple<const Backend*, std::string, int, std::vector<NodeId>>;
@@ -102,6 +110,9 @@ class MeasuredCosts : public CostModel {
   std::map<MemoKey, double> memo_;
   std::map<MemoKey, double> confirmed_memo_;  // confirmed_cost_ms's answers
   std::map<MemoKey, KernelJob> jobs_;         // of candidates held by another process meanwhile
+  // The fastest finite cost known per node set, by device and thread count.
+  using NodeSetKey = std::tuple<const Device*, int, std::vector<NodeId>>;
+  std::map<NodeSetKey, double> fastest_;
   QueueOptions queue_;
   std::unique_ptr<LeaseKeeper> lease_keeper_;  // started with the first claim
   double step_overhead_ms_ = -1, stage_overhead_ms_ = -1;

@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "collage/plan.h"
 #include "graph_builder.h"
@@ -16,6 +17,7 @@
 #include "search/cost_db.h"
 #include "search/graph_level_search.h"
 #include "search/measure.h"
+#include "search/measured_costs.h"
 #include "search/op_level_search.h"
 #include "table_costs.h"
 
@@ -466,6 +468,72 @@ TEST_F(CostDbTest, CostsTimedWithEvictionAreTheirOwnRecords) {
   EXPECT_EQ(db.size(), 2);
   EXPECT_TRUE(evicted.measure(g, both).cache_hit);
   EXPECT_TRUE(back_to_back.measure(g, both).cache_hit);
+}
+
+// A kernel that sleeps `ms` per run and counts its runs.
+class SleepingKernel : public Kernel {
+ public:
+  explicit SleepingKernel(double ms) : ms_(ms) {}
+  void run(std::span<const Tensor>, std::span<const Tensor>) override {
+    ++runs;
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms_));
+  }
+  int runs = 0;
+
+ private:
+  double ms_;
+};
+
+// Timing stops after Measurer::kAbandonSamples samples only when even the fastest of them is
+// above the bar; otherwise it goes on as before (here to max_repeats: no spread is small
+// enough).
+TEST(Measurer, TimingStopsEarlyOnlyWhenEvenItsFastestSampleIsAboveTheAbandonBar) {
+  MeasureOptions o;
+  o.warmup = 0;
+  o.max_repeats = 12;
+  o.max_spread = -1;
+  o.budget_ms = 1e9;
+  const Measurer measurer(nullptr, this_machine(1), o);
+  auto timed_runs = [&](double abandon_above_ms) {
+    SleepingKernel kernel(1.0);
+    const double median = measurer.time_kernel(kernel, {}, {}, 1, nullptr, abandon_above_ms);
+    EXPECT_GE(median, 1.0);
+    return kernel.runs;
+  };
+  EXPECT_EQ(timed_runs(0.2), Measurer::kAbandonSamples);
+  EXPECT_EQ(timed_runs(500), 12);
+  EXPECT_EQ(timed_runs(Measurer::kNeverAbandon), 12);
+}
+
+// The bar a candidate is timed against: half again the fastest cost known of the same nodes
+// at the same thread count, measured in this tune or found in the cost DB; none elsewhere.
+TEST_F(CostDbTest, TheAbandonBarIsHalfAgainTheFastestKnownCostOfTheSameNodes) {
+  Graph g = chain(2);
+  for (ValueId v = 0; v < static_cast<ValueId>(g.num_values()); ++v) g.value(v).shape = {4096};
+  CostDb db((dir_ / "costs.db").string());
+  Backend& reference = BackendRegistry::global().get("reference");
+  Backend& onednn = BackendRegistry::global().get("onednn");
+  const Candidate ref0{{0}, &reference, "", 1}, dnnl0{{0}, &onednn, "", 1},
+      ref01{{0, 1}, &reference, "", 1}, ref0_two{{0}, &reference, "", 2};
+  double ref_ms = 0, dnnl_ms = 0;
+  {
+    MeasuredCosts costs(g, db, this_machine(2), 2, false, 30);
+    EXPECT_EQ(costs.abandon_above_ms(dnnl0), Measurer::kNeverAbandon);
+    ref_ms = costs.cost_ms(ref0);
+    ASSERT_TRUE(std::isfinite(ref_ms));
+    EXPECT_DOUBLE_EQ(costs.abandon_above_ms(dnnl0), MeasuredCosts::kAbandonFactor * ref_ms);
+    dnnl_ms = costs.cost_ms(dnnl0);
+    ASSERT_TRUE(std::isfinite(dnnl_ms));
+    EXPECT_DOUBLE_EQ(costs.abandon_above_ms(ref0),
+                     MeasuredCosts::kAbandonFactor * std::min(ref_ms, dnnl_ms));
+    EXPECT_EQ(costs.abandon_above_ms(ref01), Measurer::kNeverAbandon);
+    EXPECT_EQ(costs.abandon_above_ms(ref0_two), Measurer::kNeverAbandon);
+  }
+  ASSERT_EQ(db.size(), 2);
+  MeasuredCosts again(g, db, this_machine(2), 2, false, 30);
+  EXPECT_EQ(again.cost_ms(dnnl0), dnnl_ms);
+  EXPECT_EQ(db.size(), 2) << "found in the cost DB, not measured again";
+  EXPECT_DOUBLE_EQ(again.abandon_above_ms(ref0), MeasuredCosts::kAbandonFactor * dnnl_ms);
 }
 
 TEST(Plan, JsonRoundTripAndErrors) {
