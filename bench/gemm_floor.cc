@@ -1,10 +1,12 @@
 // A model's GEMM floor: every MatMul and Gemm node of an ONNX model, each distinct shape
-// timed alone and hot at the best of oneDNN's matmul (constant weights in its own layout,
-// packed once) and OpenBLAS's sgemm, summed over the nodes. No plan can run the model's
-// matrix products faster than the libraries run them alone with their operands in cache;
-// everything else the model does (Softmax, LayerNorm, GELU, copies, its convolutions) comes
-// on top. So a speed target under this sum, in fp32 on this machine, is out of reach for any
-// placement (issue 16's ViT-B/16 target; docs/DESIGN.md "Transformers at the GEMM limit").
+// timed alone and hot at oneDNN's matmul (constant weights in its own layout, packed once)
+// and OpenBLAS's sgemm, the faster of the two summed over the nodes. oneDNN is the fastest
+// fp32 GEMM among collage's CPU backends on transformer shapes here (it is what the tuned
+// plans pick), and a plan runs its products no faster than the library does alone with the
+// operands in cache; everything else the model does (Softmax, LayerNorm, GELU, copies, its
+// convolutions) comes on top. So a speed target that needs less time than this sum is out
+// of reach for any placement in fp32 on this machine (issue 16's ViT-B/16 target;
+// docs/DESIGN.md, "Transformers (issue 16)").
 //
 //   build/bench/gemm_floor MODEL.onnx [--threads 2] [--repeat 50]
 //
@@ -70,8 +72,9 @@ std::map<GemmShape, int> gemm_shapes(const Graph& graph) {
   return count;
 }
 
-// A shape's median and fastest sample: the floor summed from the fastest samples is the
-// bound a target is held to (the least disturbed run of each product on a shared machine).
+// A shape's median and fastest sample: the floor from the medians is the typical one; the
+// one from the fastest samples (every product at its least disturbed run on this shared
+// machine, all at once) is the most optimistic.
 struct Timing {
   double median_ms, min_ms;
 };
