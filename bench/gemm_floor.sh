@@ -2,8 +2,9 @@
 # A model's GEMM floor beside ONNX Runtime and collage's tuned plan, in the same minutes: per
 # round, ORT alone, then `bench/gemm_floor` (every MatMul/Gemm product of the model alone and
 # hot at the faster of oneDNN and OpenBLAS, summed), then the tuned plan alone. ORT / floor is
-# the most any plan could gain over ORT if everything but the matrix products cost nothing:
-# where a speed target is over it, fp32 on this machine cannot reach it (issue 16's ViT-B/16).
+# the most any plan could gain over ORT if everything but the matrix products cost nothing (a
+# speed target over it is out of reach in fp32 here); plan / floor is what the rest costs
+# (issue 16's ViT-B/16: docs/DESIGN.md, "Transformers (issue 16)").
 #
 #   bench/gemm_floor.sh [MODEL ...]      (default: the zoo's big transformers)
 #   BENCH_ROUNDS=N                       rounds per model (default 5)
@@ -49,7 +50,7 @@ for model in "${MODELS[@]}"; do
       --warmup 3 --repeat 15 2>&1 | sed -n 's/^latency: median \([0-9.]*\) ms.*/\1/p')
     rows+=("$(python3 -c "
 o, f, m, p = $ort_ms, $median_floor, $min_floor, $plan_ms
-print(f'| $model | $round | {o:.4g} | {f:.4g} | {m:.4g} | {p:.4g} | {o / f:.2f}x | {o / p:.2f}x |')")")
+print(f'| $model | $round | {o:.4g} | {f:.4g} | {m:.4g} | {p:.4g} | {o / f:.2f}x | {o / p:.2f}x | {p / f:.2f}x |')")")
   done
 done
 
@@ -65,10 +66,11 @@ done
     "50 runs, at the faster of oneDNN's matmul with weights packed once and OpenBLAS's" \
     "sgemm, summed over the nodes; from the shapes' medians and from their fastest" \
     "samples), then collage's tuned plan alone (median of 15 after 3). ORT / floor: the" \
-    "most a plan could gain over ORT if everything but the matrix products cost nothing."
+    "most a plan could gain over ORT if everything but the matrix products cost nothing;" \
+    "tuned plan / floor (medians) is what everything else costs the plan."
   echo
-  echo "| model | round | ORT ms | floor ms (medians) | floor ms (fastest) | tuned plan ms | ORT / floor | ORT / tuned |"
-  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| model | round | ORT ms | floor ms (medians) | floor ms (fastest) | tuned plan ms | ORT / floor | ORT / tuned | tuned / floor |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
   printf '%s\n' "${rows[@]}"
 } >"$OUT"
 cat "$OUT"
