@@ -39,15 +39,22 @@ for model in "${MODELS[@]}"; do
   "$COLLAGE" zoo "$model" -o "$dir/model.onnx" >/dev/null
   echo "== $model: tune" >&2
   "$COLLAGE" tune "$dir/model.onnx" --threads "$THREADS" -o "$dir/plan.json" \
-    --cost-db "$dir/costs.db" >"$dir/tune.log" 2>&1
+    --cost-db "$dir/costs.db" >"$dir/tune.log" 2>&1 ||
+    { cat "$dir/tune.log" >&2; echo "gemm_floor.sh: tuning $model failed" >&2; exit 1; }
   for round in $(seq 1 "$ROUNDS"); do
     echo "== $model: round $round of $ROUNDS" >&2
     ort_ms=$(node "$PEERS/ort_run.js" "$dir/model.onnx" --threads "$THREADS" --warmup 3 \
-      --repeat 15 | python3 -c "import json, sys; print(f\"{json.load(sys.stdin)['median_ms']:.1f}\")")
+      --repeat 15 | python3 -c "import json, sys; print(f\"{json.load(sys.stdin)['median_ms']:.4g}\")")
     read -r median_floor min_floor < <("$FLOOR" "$dir/model.onnx" --threads "$THREADS" |
-      sed -n 's/^GEMM floor: .* in \([0-9.]*\) ms (medians.*, \([0-9.]*\) ms (fastest.*/\1 \2/p')
+      sed -n 's/^GEMM floor: .* in \([0-9.]*\) ms (medians.*, \([0-9.]*\) ms (fastest.*/\1 \2/p') ||
+      true  # no line: checked below
     plan_ms=$("$COLLAGE" run "$dir/model.onnx" --plan "$dir/plan.json" --threads "$THREADS" \
       --warmup 3 --repeat 15 2>&1 | sed -n 's/^latency: median \([0-9.]*\) ms.*/\1/p')
+    if [ -z "$ort_ms" ] || [ -z "$median_floor" ] || [ -z "$plan_ms" ]; then
+      echo "gemm_floor.sh: $model round $round: no time from ORT ('$ort_ms'), gemm_floor" \
+        "('$median_floor') or collage run ('$plan_ms')" >&2
+      exit 1
+    fi
     rows+=("$(python3 -c "
 o, f, m, p = $ort_ms, $median_floor, $min_floor, $plan_ms
 print(f'| $model | $round | {o:.4g} | {f:.4g} | {m:.4g} | {p:.4g} | {o / f:.2f}x | {o / p:.2f}x | {p / f:.2f}x |')")")
