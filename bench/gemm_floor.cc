@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "collage/model.h"
+#include "runtime/interleaved_timing.h"
 #include "runtime/threads.h"
 
 namespace collage {
@@ -89,8 +90,7 @@ Timing time_ms(int repeat, Run run) {
     run();
     samples.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
-  std::sort(samples.begin(), samples.end());
-  return {samples[samples.size() / 2], samples.front()};
+  return {median_of(samples), *std::min_element(samples.begin(), samples.end())};
 }
 
 Timing onednn_ms(const GemmShape& s, int repeat) {
