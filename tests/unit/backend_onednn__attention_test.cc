@@ -38,23 +38,16 @@ bool has_op(const Graph& g, const std::vector<NodeId>& nodes, const std::string&
   return false;
 }
 
-// The onednn matches holding a Softmax (the attention rule's), each compiled standalone as
-// each variant (tiles and batched heads) and checked against reference; returns them. Every
-// attention of these tests has evenly strided heads and small scores: the batched variant
-// must be offered for each.
+// The onednn matches holding a Softmax (the attention rule's), each compiled standalone and
+// checked against reference; returns them.
 std::vector<Match> check_attention_matches(const Graph& g, const std::string& what) {
   std::vector<Match> found;
   for (const Match& m : find_matches(g, onednn())) {
     if (m.nodes.size() < 2 || !has_op(g, m.nodes, "Softmax")) continue;
     found.push_back(m);
     Graph sub = extract_subgraph(g, m.nodes);
-    const std::vector<std::string> variants = onednn().variants(sub);
-    EXPECT_EQ(variants, (std::vector<std::string>{"", onednn::kBatchedAttention}))
-        << what << ": attention over " << m.nodes.size() << " nodes";
-    for (const std::string& variant : variants)
-      expect_like_reference(onednn(), sub,
-                            fmt::format("{}: attention over {} nodes", what, m.nodes.size()),
-                            /*seed=*/3, variant);
+    expect_like_reference(onednn(), sub,
+                          fmt::format("{}: attention over {} nodes", what, m.nodes.size()));
   }
   return found;
 }
@@ -233,22 +226,6 @@ TEST(TransformerOnednn, WhereMasksOfEveryShape) {
         check_attention_matches(b.graph(), fmt::format("Where mask kind {}", kind));
     EXPECT_EQ(found.size(), 1u) << kind;  // no views, no projections: the core only
   }
-}
-
-// Past the batched variant's buffer for all heads' scores (2 heads x 2100 x 2100 floats, over 32
-// MiB) only the tiles are offered, and a compile asked for the batched variant refuses it
-// rather than running tiles under its name.
-TEST(TransformerOnednn, BatchedVariantRefusedPastItsScoresBuffer) {
-  GraphBuilder b(13);
-  const int64_t heads = 2, seq = 2100, dim = 8;
-  ValueId q = b.input("q", DType::kFloat32, {1, heads, seq, dim});
-  ValueId k = b.input("k", DType::kFloat32, {1, heads, dim, seq});
-  ValueId v = b.input("v", DType::kFloat32, {1, heads, seq, dim});
-  ValueId p = b.add1("Softmax", {b.add1("MatMul", {q, k})}, {{"axis", attr_i(-1)}});
-  b.output(b.add1("MatMul", {p, v}));
-  EXPECT_EQ(onednn().variants(b.graph()), std::vector<std::string>{""});
-  testing::expect_unsupported(onednn(), b.graph(), "2 x 2100 x 2100 scores as batched",
-                              "buffer limit", onednn::kBatchedAttention);
 }
 
 // Cross-attention (a decoder reading an encoder): q projected from x, k and v from another

@@ -34,21 +34,17 @@ inline ::testing::AssertionResult outputs_match(
   return ::testing::AssertionFailure() << diff;
 }
 
-// Compiles the whole graph on `backend` (as `variant`) and compares it with reference on
-// the same inputs.
+// Compiles the whole graph on `backend` and compares it with reference on the same inputs.
 inline ::testing::AssertionResult backend_matches_reference(
     Backend& backend, const Graph& g, uint64_t seed = 3,
-    const Tolerance& tolerance = Tolerance::backend_vs_reference(),
-    const std::string& variant = "") {
-  auto [got, want] = run_backend_and_reference(backend, g, seed, variant);
+    const Tolerance& tolerance = Tolerance::backend_vs_reference()) {
+  auto [got, want] = run_backend_and_reference(backend, g, seed);
   return outputs_match(got, want, tolerance);
 }
 
 inline void expect_like_reference(Backend& backend, const Graph& g, const std::string& what,
-                                  uint64_t seed = 3, const std::string& variant = "") {
-  EXPECT_TRUE(
-      backend_matches_reference(backend, g, seed, Tolerance::backend_vs_reference(), variant))
-      << backend.name() << (variant.empty() ? "" : " as " + variant) << ": " << what;
+                                  uint64_t seed = 3) {
+  EXPECT_TRUE(backend_matches_reference(backend, g, seed)) << backend.name() << ": " << what;
 }
 
 // The same on given inputs (where random ones would not do: indices in range, masks).
@@ -68,14 +64,12 @@ inline ErrorKind compile_error(Backend& backend, const Graph& g) {
   return ErrorKind::kInternal;
 }
 
-// compile() (as `variant`) must refuse `g` as kUnsupported (the partitioner then skips the
-// match), with `needle` in its message when one is given.
+// compile() must refuse `g` as kUnsupported (the partitioner then skips the match), with
+// `needle` in its message when one is given.
 inline void expect_unsupported(Backend& backend, const Graph& g, const std::string& what,
-                               const std::string& needle = "", const std::string& variant = "") {
+                               const std::string& needle = "") {
   try {
-    CompileOptions options = test_options();
-    options.variant = variant;
-    backend.compile(g, options);
+    backend.compile(g, test_options());
     ADD_FAILURE() << backend.name() << ": " << what << ": compiled";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUnsupported) << what << ": " << e.what();

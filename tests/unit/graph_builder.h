@@ -76,15 +76,11 @@ class GraphBuilder {
   uint64_t state_ = 12345;
 };
 
-// Runs `graph` whole on `backend` (compile() of the entire graph as one subgraph, as
-// `variant`) and on reference, on the same random inputs; returns {backend outputs,
-// reference outputs}.
+// Runs `graph` whole on `backend` (compile() of the entire graph as one subgraph) and on
+// reference, on the same random inputs; returns {backend outputs, reference outputs}.
 inline std::pair<std::vector<Tensor>, std::vector<Tensor>> run_backend_and_reference(
-    Backend& backend, const Graph& graph, const std::vector<Tensor>& inputs,
-    const std::string& variant = "") {
-  CompileOptions options = test_options();
-  options.variant = variant;
-  std::unique_ptr<Kernel> kernel = backend.compile(graph, options);
+    Backend& backend, const Graph& graph, const std::vector<Tensor>& inputs) {
+  std::unique_ptr<Kernel> kernel = backend.compile(graph, test_options());
   std::vector<Tensor> got;
   for (ValueId v : graph.outputs) got.emplace_back(graph.value(v).dtype, graph.value(v).shape);
   kernel->run(inputs, got);
@@ -93,8 +89,8 @@ inline std::pair<std::vector<Tensor>, std::vector<Tensor>> run_backend_and_refer
 }
 
 inline std::pair<std::vector<Tensor>, std::vector<Tensor>> run_backend_and_reference(
-    Backend& backend, const Graph& graph, uint64_t seed = 3, const std::string& variant = "") {
-  return run_backend_and_reference(backend, graph, random_inputs(graph, seed), variant);
+    Backend& backend, const Graph& graph, uint64_t seed = 3) {
+  return run_backend_and_reference(backend, graph, random_inputs(graph, seed));
 }
 
 // LayerNorm over the last axis as torch.onnx exports it below opset 17 (ReduceMean, Sub,

@@ -81,10 +81,6 @@ constexpr int64_t kTileBytes = 64 * 1024;
 // 8 us in one tune, 250 us in another (waiting at the team's barrier for a descheduled
 // thread); one thread has no barrier. BERT-base's 50 MFLOP per layer runs in parallel.
 constexpr double kParallelFlops = 4e6;
-// The batched variant keeps every head's scores at once: offered while they fit this many
-// bytes (ViT-B/16's 12 x 197 x 197 are 1.8 MiB, BERT-base's 12 x 128 x 128 0.8 MiB); longer
-// sequences keep the tiles.
-constexpr int64_t kBatchedScoresBytes = 32 << 20;
 
 bool f32(const Graph& g, ValueId v) {
   return v != kNoValue && g.value(v).dtype == DType::kFloat32;
@@ -726,7 +722,6 @@ struct Matrix {
   int source = -1;
   MatrixArg arg;
   std::vector<int64_t> offsets;
-  int64_t row_stride = 0, col_stride = 0;  // of the 2-D matrix, as the view has them
 };
 
 // Softmax of one row in place. Max and sum are kept in 16 lanes: a single running max or
@@ -762,21 +757,6 @@ void softmax_row(float* x, int64_t n) {
   const float inv = 1.0f / sum;
   for (int64_t j = 0; j < n; ++j) x[j] *= inv;
 }
-
-// The "batched" variant's two products: oneDNN matmuls over every batch of heads at once,
-// reading the operands through their strided views (batch, row and column strides), the
-// scores in one buffer between them. oneDNN 2.6 runs them as gemm:jit. Measured (2
-// threads, hot, /tmp probe of the two products alone on the strided QKV output): ViT-B/16's
-// 12 heads of 197 tokens 0.635 ms batched against 0.69-0.70 as 36 tiles of single-threaded
-// dnnl_sgemm, BERT-base's 12 heads of 128 tokens 0.254 against 0.286. The tiles keep the
-// scores in L2 and skip the keys a causal mask hides; which pays is the tuner's measurement.
-struct BatchedProducts {
-  dnnl::matmul qk, pv;
-  dnnl::memory q, k, v, o, scores, scratch_qk, scratch_pv;
-  std::vector<float> scores_data;
-  std::vector<char> scratch;
-  dnnl::stream stream;
-};
 
 class AttentionKernel : public Kernel {
  public:
@@ -836,10 +816,6 @@ class AttentionKernel : public Kernel {
     inputs_ = inputs;
     base_ = base.data();
     out_ = static_cast<float*>(outputs[0].raw());
-    if (batched_) {
-      run_batched();
-      return;
-    }
     const int64_t tasks = c_.batches * chunks_;
     if (!parallel_ || tasks == 1) {
       for (int64_t t = 0; t < tasks; ++t) task(t, tiles_);
@@ -909,46 +885,6 @@ class AttentionKernel : public Kernel {
     }
   }
 
-  // Masks and softmax on the first `n` scores of query row `row` of batch `b`.
-  void finish_row(int64_t b, int64_t row, float* x, int64_t n) const {
-    apply_steps(b, row, x, n);
-    if (visible_.empty()) {
-      softmax_row(x, n);
-    } else {
-      const int64_t seen = visible_[row];
-      softmax_row(x, seen);
-      std::fill(x + seen, x + n, 0.0f);  // exp(lowest - max) is 0 in float
-    }
-  }
-
-  void run_batched() {
-    BatchedProducts& p = *batched_;
-    p.q.set_data_handle(const_cast<float*>(matrix(q_, 0, 0)));
-    p.k.set_data_handle(const_cast<float*>(matrix(k_, 0, 0)));
-    p.v.set_data_handle(const_cast<float*>(matrix(v_, 0, 0)));
-    p.o.set_data_handle(out_ + o_.offsets[0]);
-    p.qk.execute(p.stream, {{DNNL_ARG_SRC, p.q},
-                            {DNNL_ARG_WEIGHTS, p.k},
-                            {DNNL_ARG_DST, p.scores},
-                            {DNNL_ARG_SCRATCHPAD, p.scratch_qk}});
-    p.stream.wait();
-    float* scores = p.scores_data.data();
-    const int64_t rows = c_.batches * c_.sq;
-    if (!parallel_) {
-      for (int64_t i = 0; i < rows; ++i)
-        finish_row(i / c_.sq, i % c_.sq, scores + i * c_.sk, c_.sk);
-    } else {
-#pragma omp parallel for num_threads(c_.threads) schedule(static)
-      for (int64_t i = 0; i < rows; ++i)
-        finish_row(i / c_.sq, i % c_.sq, scores + i * c_.sk, c_.sk);
-    }
-    p.pv.execute(p.stream, {{DNNL_ARG_SRC, p.scores},
-                            {DNNL_ARG_WEIGHTS, p.v},
-                            {DNNL_ARG_DST, p.o},
-                            {DNNL_ARG_SCRATCHPAD, p.scratch_pv}});
-    p.stream.wait();
-  }
-
   void task(int64_t t, float* tile) const {
     const int64_t b = t / chunks_, r0 = (t % chunks_) * rows_;
     const int64_t m = std::min(rows_, c_.sq - r0);
@@ -962,7 +898,17 @@ class AttentionKernel : public Kernel {
     if (!visible_.empty()) n = *std::max_element(visible_.begin() + r0, visible_.begin() + r0 + m);
     dnnl_sgemm(q_.arg.trans ? 'T' : 'N', k_.arg.trans ? 'T' : 'N', m, n, c_.d, c_.alpha_qk, q,
                q_.arg.ld, k, k_.arg.ld, 0.0f, tile, c_.sk);
-    for (int64_t r = 0; r < m; ++r) finish_row(b, r0 + r, tile + r * c_.sk, n);
+    for (int64_t r = 0; r < m; ++r) {
+      float* row = tile + r * c_.sk;
+      apply_steps(b, r0 + r, row, n);
+      if (visible_.empty()) {
+        softmax_row(row, n);
+      } else {
+        const int64_t seen = visible_[r0 + r];
+        softmax_row(row, seen);
+        std::fill(row + seen, row + n, 0.0f);  // exp(lowest - max) is 0 in float
+      }
+    }
     dnnl_sgemm('N', v_.arg.trans ? 'T' : 'N', m, c_.dv, n, c_.alpha_pv, tile, c_.sk, v, v_.arg.ld,
                0.0f, o, o_.arg.ld);
   }
@@ -986,94 +932,14 @@ class AttentionKernel : public Kernel {
   void set_visible(std::vector<int64_t> visible) {
     visible_ = std::move(visible);
   }
-  void set_batched(std::unique_ptr<BatchedProducts> batched) {
-    batched_ = std::move(batched);
-  }
 
  private:
   float* tiles_ = nullptr;
-  std::unique_ptr<BatchedProducts> batched_;  // the batched variant: set, the tiles unused
   // Set by run() for its tasks.
   std::span<const Tensor> inputs_;
   const char* const* base_ = nullptr;
   float* out_ = nullptr;
 };
-
-// The batch stride of `m` when its batches are evenly spaced (what one 3-D oneDNN memory
-// descriptor can say); nullopt otherwise.
-std::optional<int64_t> batch_stride(const Matrix& m) {
-  if (m.offsets.size() < 2) return 0;
-  const int64_t step = m.offsets[1] - m.offsets[0];
-  for (size_t b = 1; b < m.offsets.size(); ++b)
-    if (m.offsets[b] - m.offsets[0] != static_cast<int64_t>(b) * step) return std::nullopt;
-  if (step < 0) return std::nullopt;
-  return step;
-}
-
-// `m` over every batch as a [batches, rows, cols] strided descriptor.
-dnnl::memory::desc batched_md(const Matrix& m, int64_t batches, int64_t rows, int64_t cols) {
-  const Dims dims{batches, rows, cols};
-  Dims strides{batch_stride(m).value_or(0), m.row_stride, m.col_stride};
-  // A dimension of one is never stepped along: it gets the outermost stride, as a dense
-  // layout would give it, whatever the view had.
-  int64_t outer = 1;
-  for (size_t i = 0; i < 3; ++i)
-    if (dims[i] > 1) outer = std::max(outer, dims[i] * strides[i]);
-  for (size_t i = 0; i < 3; ++i)
-    if (dims[i] == 1) strides[i] = outer;
-  return dnnl::memory::desc(dims, dt::f32, strides);
-}
-
-// Why the batched variant cannot run this attention; empty when it can.
-std::string batched_refusal(int64_t batches, int64_t sq, int64_t sk,
-                            std::initializer_list<const Matrix*> matrices) {
-  if (batches * sq * sk * static_cast<int64_t>(sizeof(float)) > kBatchedScoresBytes)
-    return "its scores are over the batched variant's buffer limit";
-  for (const Matrix* m : matrices)
-    if (!batch_stride(*m)) return "its heads are not evenly strided";
-  return {};
-}
-
-std::unique_ptr<BatchedProducts> make_batched(const AttentionKernel::Config& c, const Matrix& q,
-                                              const Matrix& k, const Matrix& v, const Matrix& o) {
-  const std::string refusal = batched_refusal(c.batches, c.sq, c.sk, {&q, &k, &v, &o});
-  if (!refusal.empty()) fail(ErrorKind::kUnsupported, "onednn: batched attention: {}", refusal);
-  const int64_t b = c.batches;
-  const dnnl::memory::desc q_md = batched_md(q, b, c.sq, c.d), k_md = batched_md(k, b, c.d, c.sk),
-                           v_md = batched_md(v, b, c.sk, c.dv), o_md = batched_md(o, b, c.sq, c.dv),
-                           s_md = plain_md({b, c.sq, c.sk});
-  auto scaled = [](float alpha) {
-    dnnl::primitive_attr attr = base_attr();
-    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-    return attr;
-  };
-  auto qk_pd = create_pd("attention Q.K matmul", [&] {
-    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(q_md, k_md, s_md), scaled(c.alpha_qk),
-                                        cpu_engine());
-  });
-  auto pv_pd = create_pd("attention P.V matmul", [&] {
-    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(s_md, v_md, o_md), scaled(c.alpha_pv),
-                                        cpu_engine());
-  });
-  if (is_reference_impl(qk_pd.impl_info_str()) || is_reference_impl(pv_pd.impl_info_str()))
-    fail(ErrorKind::kUnsupported, "onednn: batched attention: no optimized matmul for the heads");
-  auto p = std::make_unique<BatchedProducts>();
-  p->qk = dnnl::matmul(qk_pd);
-  p->pv = dnnl::matmul(pv_pd);
-  p->scores_data.assign(static_cast<size_t>(b * c.sq * c.sk), 0.0f);  // touched now
-  p->scores = dnnl::memory(s_md, cpu_engine(), p->scores_data.data());
-  p->q = dnnl::memory(q_md, cpu_engine(), DNNL_MEMORY_NONE);
-  p->k = dnnl::memory(k_md, cpu_engine(), DNNL_MEMORY_NONE);
-  p->v = dnnl::memory(v_md, cpu_engine(), DNNL_MEMORY_NONE);
-  p->o = dnnl::memory(o_md, cpu_engine(), DNNL_MEMORY_NONE);
-  // The two run one after the other: one scratchpad serves both.
-  p->scratch.assign(
-      std::max(qk_pd.scratchpad_desc().get_size(), pv_pd.scratchpad_desc().get_size()) + 64, 0);
-  p->scratch_qk = dnnl::memory(qk_pd.scratchpad_desc(), cpu_engine(), p->scratch.data());
-  p->scratch_pv = dnnl::memory(pv_pd.scratchpad_desc(), cpu_engine(), p->scratch.data());
-  p->stream = dnnl::stream(cpu_engine());
-  return p;
-}
 
 // Columns [c0, c0 + n) of the concatenated weights [k, ntot] from one projection.
 void place_weights(const Graph& g, const Projection& pr, int64_t c0, int64_t ntot, float* w,
@@ -1159,15 +1025,7 @@ bool is_attention(const Graph& subgraph) {
   return false;
 }
 
-namespace {
-
-struct Analysis {
-  Spec spec;
-  Layout layout;
-};
-
-// `sub` as exactly one attention the kernel runs; throws kUnsupported saying why not.
-Analysis analyze_attention(const Graph& sub) {
+std::unique_ptr<Kernel> compile_attention(const Graph& sub, int threads) {
   NodeId softmax = -1;
   std::optional<Spec> spec = analyze_subgraph(sub, &softmax);
   if (!spec) fail(ErrorKind::kUnsupported, "onednn: not an attention it fuses");
@@ -1178,36 +1036,8 @@ Analysis analyze_attention(const Graph& sub) {
     fail(ErrorKind::kUnsupported, "onednn: an attention's interior value is read outside");
   std::optional<Layout> layout = layout_of(sub, *spec);
   if (!layout) fail(ErrorKind::kUnsupported, "onednn: attention operands are not strided views");
-  return {std::move(*spec), std::move(*layout)};
-}
-
-}  // namespace
-
-std::vector<std::string> attention_variants(const Graph& sub) {
-  if (!is_attention(sub)) return {""};
-  try {
-    const Analysis a = analyze_attention(sub);
-    const Shape& scores = a.spec.scores;
-    const Shape batch(scores.begin(), scores.end() - 2);
-    std::vector<Matrix> m;
-    for (const Layout::View* v : {&a.layout.q, &a.layout.k, &a.layout.v, &a.layout.out})
-      m.push_back(Matrix{v->source, {}, batch_offsets(batch, v->view, 2)});
-    const size_t r = scores.size();
-    if (!batched_refusal(shape_numel(batch), scores[r - 2], scores[r - 1],
-                         {&m[0], &m[1], &m[2], &m[3]})
-             .empty())
-      return {""};
-  } catch (const Error&) {
-    return {""};
-  }
-  return {"", kBatchedAttention};
-}
-
-std::unique_ptr<Kernel> compile_attention(const Graph& sub, int threads, bool batched) {
-  const Analysis analysis = analyze_attention(sub);
-  const Spec& spec = analysis.spec;
-  const Layout& L = analysis.layout;
-  const Shape& scores = spec.scores;
+  const Layout& L = *layout;
+  const Shape& scores = spec->scores;
   const size_t r = scores.size();
   const Shape batch(scores.begin(), scores.end() - 2);
 
@@ -1217,8 +1047,8 @@ std::unique_ptr<Kernel> compile_attention(const Graph& sub, int threads, bool ba
   c.sk = scores[r - 1];
   c.d = L.q.view.shape.back();
   c.dv = L.v.view.shape.back();
-  c.alpha_qk = spec.alpha_qk;
-  c.alpha_pv = spec.alpha_pv;
+  c.alpha_qk = spec->alpha_qk;
+  c.alpha_pv = spec->alpha_pv;
   c.threads = std::max(threads, 1);
 
   std::vector<int> source_inputs;
@@ -1237,16 +1067,13 @@ std::unique_ptr<Kernel> compile_attention(const Graph& sub, int threads, bool ba
     m.source = v.source;
     m.arg = arg;
     m.offsets = batch_offsets(batch, v.view, 2);
-    const size_t n = v.view.strides.size();
-    m.row_stride = v.view.strides[n - 2];
-    m.col_stride = v.view.strides[n - 1];
     return m;
   };
   Matrix q = matrix(L.q, L.qa), k = matrix(L.k, L.ka), v = matrix(L.v, L.va),
          o = matrix(L.out, L.oa);
 
   std::vector<Step> steps;
-  for (const MaskStep& ms : spec.steps) {
+  for (const MaskStep& ms : spec->steps) {
     Step s;
     s.kind = ms.kind;
     s.scale = ms.scale;
@@ -1261,20 +1088,18 @@ std::unique_ptr<Kernel> compile_attention(const Graph& sub, int threads, bool ba
   }
 
   const std::vector<int64_t> visible = visible_prefix(steps, c.sq, c.sk);
-  std::unique_ptr<BatchedProducts> batched_products;
-  if (batched) batched_products = make_batched(c, q, k, v, o);
 
   std::unique_ptr<Program> projection;
   float* projection_out = nullptr;
-  if (!spec.projections.empty()) {
-    const Projection& first = spec.projections[0];
+  if (!spec->projections.empty()) {
+    const Projection& first = spec->projections[0];
     const int x_input = input_index(sub, first.x);
     if (x_input < 0) fail(ErrorKind::kUnsupported, "onednn: projection input is not an input");
     Tensor w(DType::kFloat32, {first.k, L.ntot});
     Tensor bias(DType::kFloat32, {1, L.ntot});
     std::memset(bias.raw(), 0, static_cast<size_t>(L.ntot) * sizeof(float));
-    for (size_t i = 0; i < spec.projections.size(); ++i)
-      place_weights(sub, spec.projections[i], L.column[i], L.ntot, w.data<float>(),
+    for (size_t i = 0; i < spec->projections.size(); ++i)
+      place_weights(sub, spec->projections[i], L.column[i], L.ntot, w.data<float>(),
                     bias.data<float>());
     projection = std::make_unique<Program>();
     const int64_t ld = L.m > 1 ? L.x_view.strides[0] : first.k;  // one row: any stride
@@ -1307,7 +1132,6 @@ std::unique_ptr<Kernel> compile_attention(const Graph& sub, int threads, bool ba
       std::move(k), std::move(v), std::move(o), std::move(steps), std::move(projection),
       projection_out);
   kernel->set_visible(visible);
-  kernel->set_batched(std::move(batched_products));
   return kernel;
 }
 

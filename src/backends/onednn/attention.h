@@ -18,7 +18,6 @@
 
 #include <memory>
 #include <optional>
-#include <string>
 #include <vector>
 
 #include "collage/graph.h"
@@ -44,15 +43,7 @@ std::optional<StridedView> reshape_view(const StridedView& view, const Shape& sh
 std::vector<Match> attention_matches(const Graph& graph);
 // Whether compile() should take `subgraph` as an attention (a Softmax among other nodes).
 bool is_attention(const Graph& subgraph);
-// The variant that runs the two products as batched oneDNN matmuls over every head at once,
-// the scores of all heads in one buffer between them, instead of tiles of query rows (see
-// BatchedProducts in attention.cc for when each measured faster).
-inline constexpr const char* kBatchedAttention = "batched";
-// The variants compile_attention runs `subgraph` as: "" (tiles) and, where the heads are
-// evenly strided and their scores fit the batched variant's buffer, kBatchedAttention.
-std::vector<std::string> attention_variants(const Graph& subgraph);
-// Throws kUnsupported when `subgraph` is not exactly one attention this kernel runs (or not
-// one the batched variant runs, with `batched`).
-std::unique_ptr<Kernel> compile_attention(const Graph& subgraph, int threads, bool batched = false);
+// Throws kUnsupported when `subgraph` is not exactly one attention this kernel runs.
+std::unique_ptr<Kernel> compile_attention(const Graph& subgraph, int threads);
 
 }  // namespace collage::onednn

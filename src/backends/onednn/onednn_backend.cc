@@ -180,21 +180,15 @@ class OnednnBackend : public Backend {
   // A Conv group Winograd can run is offered as "winograd" too (collage's F(4x4, 3x3) measured
   // 1.3-2.0x faster than direct on ResNet-50's and GoogLeNet's 3x3 shapes alone, 2 threads;
   // see docs/DESIGN.md and winograd_f43.h).
-  // An attention is offered as "batched" too (attention.h: its products batched over the
-  // heads rather than tiled by query rows).
   std::vector<std::string> variants(const Graph& subgraph) const override {
     if (winograd_group(subgraph)) return {"", kWinograd};
-    if (is_attention(subgraph)) return attention_variants(subgraph);
     return {""};
   }
 
   std::unique_ptr<Kernel> compile(const Graph& subgraph, const CompileOptions& options) override {
     if (subgraph.num_nodes() == 0) fail(ErrorKind::kUnsupported, "onednn: empty subgraph");
-    if (!options.variant.empty() && options.variant != kWinograd &&
-        options.variant != kBatchedAttention)
+    if (!options.variant.empty() && options.variant != kWinograd)
       fail(ErrorKind::kUnsupported, "onednn: no variant '{}'", options.variant);
-    if (options.variant == kBatchedAttention && !is_attention(subgraph))
-      fail(ErrorKind::kUnsupported, "onednn: variant '{}' is for an attention", options.variant);
     const Node& first = subgraph.node(0);
     if (!first.domain.empty())
       fail(ErrorKind::kUnsupported, "onednn: op {}.{}", first.domain, first.op_type);
@@ -205,8 +199,7 @@ class OnednnBackend : public Backend {
       if (subgraph.num_nodes() == 1 && is_view_op(first))
         return compile_group(
             subgraph, [](const Graph& sub, ValueMemories& values) { emit_group(sub, values); });
-      if (is_attention(subgraph))
-        return compile_attention(subgraph, options.threads, options.variant == kBatchedAttention);
+      if (is_attention(subgraph)) return compile_attention(subgraph, options.threads);
       if (squeeze_excite_group(subgraph)) {
         if (!options.variant.empty())
           fail(ErrorKind::kUnsupported, "onednn: no variant of a squeeze-excitation block");
