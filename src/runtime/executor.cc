@@ -22,52 +22,6 @@ double now_ms() {
       .count();
 }
 
-size_t value_bytes(const Value& value) {
-  return static_cast<size_t>(shape_numel(value.shape)) * dtype_size(value.dtype);
-}
-
-// Which values may share a buffer: for each value, the value whose host buffer it takes
-// (kNoValue: none). A step's kernel may offer to write an output over an input
-// (Kernel::in_place); the executor takes the offer only where the input is dead after the
-// step and nothing else can see the two share bytes. The ViT-B/16 plan copies a residual
-// into a matmul's destination 24 times a run (~1.4 ms of ~103) without it. Both on the
-// host; the input is an intermediate (not a graph input, output or constant) computed on
-// the host and read by no step after this one (a step lists each input once); the output is
-// not a graph output; same dtype and size. `time[s]` is unique to step s when its stage is
-// sequential: a concurrent stage gives all its steps one time, so there another lane could
-// still read the input at the same time, and no pair is taken. `last_on_host[v]`: the time
-// of v's last reader on the host.
-std::vector<ValueId> in_place_values(const Graph& graph, const std::vector<Step>& steps,
-                                     const std::vector<int>& time,
-                                     const std::vector<bool>& sequential,
-                                     const std::vector<int>& dev, const std::vector<int>& home,
-                                     const std::vector<int>& last_on_host) {
-  std::vector<ValueId> takes(graph.num_values(), kNoValue);
-  std::vector<bool> taken(graph.num_values(), false);
-  auto is_boundary = [&](ValueId v) {
-    return std::find(graph.inputs.begin(), graph.inputs.end(), v) != graph.inputs.end() ||
-           std::find(graph.outputs.begin(), graph.outputs.end(), v) != graph.outputs.end();
-  };
-  for (size_t s = 0; s < steps.size(); ++s) {
-    const Step& step = steps[s];
-    if (!step.kernel || dev[s] != 0 || !sequential[s]) continue;
-    for (const InPlace& pair : step.kernel->in_place()) {
-      if (pair.input < 0 || pair.input >= static_cast<int>(step.inputs.size()) || pair.output < 0 ||
-          pair.output >= static_cast<int>(step.outputs.size()))
-        continue;
-      const ValueId in = step.inputs[pair.input], out = step.outputs[pair.output];
-      if (in == kNoValue || out == kNoValue || taken[in] || takes[out] != kNoValue) continue;
-      const Value &iv = graph.value(in), &ov = graph.value(out);
-      if (iv.is_constant() || is_boundary(in) || is_boundary(out) || home[in] != 0) continue;
-      if (iv.dtype != ov.dtype || value_bytes(iv) != value_bytes(ov)) continue;
-      if (last_on_host[in] != time[s]) continue;
-      takes[out] = in;
-      taken[in] = true;
-    }
-  }
-  return takes;
-}
-
 }  // namespace
 
 std::string Step::backend_name() const {
@@ -197,41 +151,24 @@ Executor::Executor(const Graph& graph, std::vector<Step> steps)
     last[v * nd] = end_of_run;
   }
 
-  // Outputs written over a dying input (on the host only).
-  std::vector<ValueId> takes;
-  {
-    std::vector<bool> sequential(steps_.size());
-    for (size_t s = 0; s < steps_.size(); ++s)
-      sequential[s] = stages_[stage_of[s]].lanes.size() == 1;
-    std::vector<int> last_on_host(nv);
-    for (size_t v = 0; v < nv; ++v) last_on_host[v] = last[v * nd];
-    takes = in_place_values(graph_, steps_, time, sequential, dev, home, last_on_host);
-  }
-
   // Every non-constant value that is defined on a device (a graph input or a step output on
   // the host; a step output or a copy on a device) gets a slot in that device's arena.
   std::vector<std::vector<Tensor>> views(nd, std::vector<Tensor>(nv));
   for (size_t d = 0; d < nd; ++d) {
     std::vector<ValueId> slotted;
     std::vector<BufferRequest> requests;
-    std::vector<int> request_of(nv, -1);
     for (size_t v = 0; v < nv; ++v) {
       const Value& value = graph_.value(static_cast<ValueId>(v));
       const size_t i = v * nd + d;
       if (value.is_constant() || first[i] == INT_MAX) continue;
       BufferRequest r;
-      r.bytes = value_bytes(value);
+      r.bytes = static_cast<size_t>(shape_numel(value.shape)) * dtype_size(value.dtype);
       r.first_step = first[i];
       // A value nobody reads still needs its bytes while its producer writes them.
       r.last_step = std::max(last[i], first[i]);
-      request_of[v] = static_cast<int>(requests.size());
       requests.push_back(r);
       slotted.push_back(static_cast<ValueId>(v));
     }
-    if (d == 0)
-      for (size_t v = 0; v < nv; ++v)
-        if (takes[v] != kNoValue && request_of[v] >= 0)
-          requests[request_of[v]].share_with = request_of[takes[v]];
     MemoryPlan plan = plan_memory(requests);
     std::byte* base = nullptr;
     if (d == 0) {

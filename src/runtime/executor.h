@@ -6,10 +6,7 @@
 // per worker thread, each step with its own thread count; stages run one after another. The
 // workers are made once, with the executor, and wait between runs: a run creates no thread.
 // The memory plan keeps apart every two buffers that can be live at the same time, so
-// concurrent steps never share bytes. The one exception is asked for: a step's output takes
-// the buffer of an input that dies at that step when its kernel offers to write over it
-// (Kernel::in_place), the step runs alone in its stage and the value is no graph input or
-// output (in_place_values in executor.cc has every condition).
+// concurrent steps never share bytes.
 //
 // Devices: a step whose backend has a device (Backend::device()) reads and writes that
 // device's memory. A value lives where its producer ran (graph inputs and constants on the

@@ -12,11 +12,6 @@ struct BufferRequest {
   size_t bytes = 0;
   int first_step = 0;  // written by this step (-1: before the first step, e.g. graph inputs)
   int last_step = 0;   // last read by this step (INT32_MAX-ish for graph outputs)
-  // Index of another request whose bytes this one takes (-1: none): a kernel writing its
-  // output over an input that dies there (Kernel::in_place). Shared requests (chains of them
-  // too) get one offset and hold it over the union of their lifetimes; that their own
-  // lifetimes may overlap is the caller's to know.
-  int share_with = -1;
 };
 
 struct MemoryPlan {
@@ -25,8 +20,7 @@ struct MemoryPlan {
 };
 
 // Greedy best-fit by decreasing size: simple, and within a few percent of optimal on CNN
-// and transformer graphs (their lifetimes are short chains). Throws Error(kInternal) for a
-// share_with out of range or in a cycle.
+// and transformer graphs (their lifetimes are short chains).
 MemoryPlan plan_memory(const std::vector<BufferRequest>& requests);
 
 }  // namespace collage

@@ -283,11 +283,7 @@ void Program::copy(const dnnl::memory& from, const dnnl::memory& to) {
     return dnnl::reorder::primitive_desc(cpu_engine(), from.get_desc(), cpu_engine(), to.get_desc(),
                                          attr);
   });
-  Step step;
-  step.primitive = dnnl::reorder(pd);
-  step.scratchpad_md = pd.scratchpad_desc();
-  step.plain_copy = from.get_desc() == to.get_desc();
-  push_step(std::move(step), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+  add(dnnl::reorder(pd), pd, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
 
 void Program::add(const dnnl::primitive& primitive, const dnnl::primitive_desc_base& pd,
@@ -320,54 +316,7 @@ void Program::rollback(const Mark& mark) {
   steps_.resize(mark.steps);
 }
 
-std::vector<InPlace> Program::find_in_place() const {
-  // The kernel input (output) index of each memory bound to one, and the bytes of each index
-  // (its largest memory: a view is never larger than its value).
-  std::map<dnnl_memory_t, int> input_of, output_of;
-  std::map<int, size_t> input_bytes, output_bytes;
-  for (const auto& [index, m] : inputs_) {
-    input_of[m.get()] = index;
-    input_bytes[index] = std::max(input_bytes[index], m.get_desc().get_size());
-  }
-  for (const auto& [index, m] : outputs_) {
-    output_of[m.get()] = index;
-    output_bytes[index] = std::max(output_bytes[index], m.get_desc().get_size());
-  }
-  auto touches = [](const Step& step, const std::map<dnnl_memory_t, int>& bound, int index) {
-    return std::any_of(step.memories.begin(), step.memories.end(), [&](const dnnl::memory& m) {
-      auto it = bound.find(m.get());
-      return it != bound.end() && it->second == index;
-    });
-  };
-  std::vector<InPlace> pairs;
-  std::set<int> inputs_taken, outputs_taken;
-  for (size_t c = 0; c < steps_.size(); ++c) {
-    const Step& copy = steps_[c];
-    if (!copy.plain_copy) continue;
-    auto from = input_of.find(copy.memories[0].get());
-    auto to = output_of.find(copy.memories[1].get());
-    if (from == input_of.end() || to == output_of.end()) continue;
-    const int i = from->second, o = to->second;
-    const dnnl::memory::desc md = copy.memories[0].get_desc();
-    if (md.data.offset0 != 0 || md.get_size() != input_bytes[i] ||
-        md.get_size() != output_bytes[o] || inputs_taken.count(i) || outputs_taken.count(o))
-      continue;
-    // Any other reader of i would see o's values once they share; any earlier step touching
-    // o would write over i before the copy reads it.
-    bool alone = true;
-    for (size_t s = 0; s < steps_.size() && alone; ++s)
-      if (s != c)
-        alone = !touches(steps_[s], input_of, i) && (s > c || !touches(steps_[s], output_of, o));
-    if (!alone) continue;
-    pairs.push_back({o, i});
-    inputs_taken.insert(i);
-    outputs_taken.insert(o);
-  }
-  return pairs;
-}
-
 void Program::finalize(Lanes lanes, LaneMemo* memo) {
-  in_place_ = find_in_place();
   find_rewritten_views();
   place_rewritten_buffers({});
   bind_scratchpads();
@@ -381,13 +330,6 @@ dnnl_status_t Program::execute(size_t step, dnnl::stream& stream) {
 dnnl_status_t Program::execute_with(const Step& step, dnnl::stream& stream,
                                     const std::vector<dnnl_exec_arg_t>& args) {
   if (step.custom) return step.custom(args.data(), static_cast<int>(args.size()));
-  if (step.plain_copy) {
-    // An output sharing its input's buffer already holds the copy (Kernel::in_place).
-    void *from = nullptr, *to = nullptr;
-    dnnl_memory_get_data_handle(args[0].memory, &from);
-    dnnl_memory_get_data_handle(args[1].memory, &to);
-    if (from == to) return dnnl_success;
-  }
   return dnnl_primitive_execute(step.primitive.get(), stream.get(), static_cast<int>(args.size()),
                                 args.data());
 }

@@ -93,9 +93,7 @@ class Program {
                         const dnnl::memory::desc& to);
   // `from` itself when it already has layout `md`, else a buffer filled by a reorder step.
   dnnl::memory in_layout(const dnnl::memory& from, const dnnl::memory::desc& md);
-  // Adds a reorder step (layout conversion or plain copy). A copy between two memories of one
-  // layout does nothing when, at run time, both are the same bytes: a kernel output given
-  // its input's buffer (in_place()).
+  // Adds a reorder step (layout conversion or plain copy).
   void copy(const dnnl::memory& from, const dnnl::memory& to);
   // Adds an execution of `primitive`; `pd` supplies its scratchpad size.
   void add(const dnnl::primitive& primitive, const dnnl::primitive_desc_base& pd,
@@ -132,11 +130,6 @@ class Program {
   void finalize(Lanes lanes = Lanes::kSequential, LaneMemo* memo = nullptr);
   void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs);
 
-  // After finalize(): the outputs that may be given the buffer of an input (Kernel::in_place).
-  // Output o may take input i's bytes when a copy step of the whole of i into o in one layout
-  // (a residual copied into the destination of a sum post-op) is the only step that touches
-  // i and the first that touches o: sharing then only turns that copy into nothing.
-  const std::vector<InPlace>& in_place() const { return in_place_; }
   // After finalize(): the bytes of the rewritten buffers, and of the arena they share.
   size_t rewritten_bytes() const;
   size_t arena_bytes() const { return arena_ ? arena_.get_desc().get_size() : 0; }
@@ -159,8 +152,6 @@ class Program {
     int scratchpad_arg = -1;  // its index in args and memories, once bound
     // In a concurrent stage: the steps of other lanes it waits for.
     std::vector<size_t> waits;
-    // A reorder from args[0] to args[1] of one layout: skipped when both are one address.
-    bool plain_copy = false;
   };
   // A rewritten buffer's address range as allocated, and where finalize() placed it.
   struct RewrittenRange {
@@ -179,7 +170,6 @@ class Program {
   std::vector<Step> steps_;
 
   void find_rewritten_views();
-  std::vector<InPlace> find_in_place() const;
   // Places the rewritten buffers so that two whose steps' spans overlap never share bytes;
   // span[s] = the first and last step position step s may run at (empty: each step at its
   // own position, one after another).
@@ -242,7 +232,6 @@ class Program {
   };
   std::vector<Stage> stages_;
   std::vector<size_t> lane_of_step_;
-  std::vector<InPlace> in_place_;
   std::unique_ptr<std::atomic<uint64_t>[]> done_;  // the run that finished each step
   uint64_t epoch_ = 0;
 };
@@ -257,7 +246,6 @@ class ProgramKernel : public Kernel {
   void run(std::span<const Tensor> inputs, std::span<const Tensor> outputs) override {
     program_.run(inputs, outputs);
   }
-  std::vector<InPlace> in_place() const override { return program_.in_place(); }
   const Program& program() const { return program_; }
 
  private:
