@@ -69,15 +69,16 @@ print(l["median"], l["min"])' "$out"
 }
 
 : >"$work/samples"
+declare -A med fastest  # by side, this round's
 for ((r = 1; r <= ROUNDS; r++)); do
   order=(a b)
   ((r % 2 == 0)) && order=(b a)
   for s in "${order[@]}"; do
-    if [ "$s" = a ]; then read -r med min < <(time_side "${side_a[@]}"); a_med=$med a_min=$min; fi
-    if [ "$s" = b ]; then read -r med min < <(time_side "${side_b[@]}"); b_med=$med b_min=$min; fi
+    if [ "$s" = a ]; then side=("${side_a[@]}"); else side=("${side_b[@]}"); fi
+    read -r "med[$s]" "fastest[$s]" < <(time_side "${side[@]}")
   done
-  printf 'round %d: A %.3f ms  B %.3f ms\n' "$r" "$a_med" "$b_med"
-  echo "$a_med $a_min $b_med $b_min" >>"$work/samples"
+  printf 'round %d: A %.3f ms  B %.3f ms\n' "$r" "${med[a]}" "${med[b]}"
+  echo "${med[a]} ${fastest[a]} ${med[b]} ${fastest[b]}" >>"$work/samples"
 done
 
 # Medians by the project's one rule (bench/report.py's: the upper middle sample, as `collage
