@@ -1,7 +1,7 @@
 // The onednn backends on random CNNs (random_cnn.h), whose graphs meet every region rewrite
 // (post-op fusion, depthwise fusion, concat in place or split into convs, pad folding,
 // squeeze-excitation, concurrent lanes, Winograd) in combinations no hand-written test
-// lists: both, in their default and Winograd variants,
+// lists: both, in their default and Winograd variants (onednn-graph also blocked),
 // must compute what reference computes at one thread and at two, and onednn-graph must
 // leave no node to the fallback (every op these graphs use is one its regions take) but
 // a bilinear Resize with align_corners: oneDNN's resampling samples at half-pixel centres
@@ -30,8 +30,8 @@ TEST(OnednnRandomCnn, MatchesReferenceAndOnednnGraphLeavesNoHoles) {
     const std::vector<Tensor> want = Session(g, SessionOptions{}).run(inputs);
     for (int threads : {1, 2}) {
       // Each also with every conv it can as Winograd (collage's channels-last F(4,3) step
-      // or oneDNN's).
-      for (const std::string variant : {"", "/winograd"}) {
+      // or oneDNN's), and onednn-graph with every conv on channel-blocked activations.
+      for (const std::string variant : {"", "/winograd", "/blocked"}) {
         for (NodeId n : testing::expect_session_like_reference("onednn-graph" + variant, g, threads,
                                                                inputs, want, what)) {
           const Node& node = g.node(n);
@@ -40,7 +40,9 @@ TEST(OnednnRandomCnn, MatchesReferenceAndOnednnGraphLeavesNoHoles) {
               << node.op_type << " '" << node.name << "' left to the fallback by onednn-graph"
               << variant << ", " << what;
         }
-        testing::expect_session_like_reference("onednn" + variant, g, threads, inputs, want, what);
+        if (variant != "/blocked")  // an onednn-graph variant only
+          testing::expect_session_like_reference("onednn" + variant, g, threads, inputs, want,
+                                                 what);
       }
     }
   }
@@ -57,7 +59,8 @@ TEST(OnednnRandomCnn, EveryPossibleConcurrentStageMatchesReference) {
     const std::string what = "random CNN seed " + std::to_string(seed) + ", lanes always";
     const std::vector<Tensor> inputs = random_inputs(g, seed);
     const std::vector<Tensor> want = Session(g, SessionOptions{}).run(inputs);
-    testing::expect_session_like_reference("onednn-graph", g, 2, inputs, want, what);
+    for (const std::string variant : {"", "/blocked"})
+      testing::expect_session_like_reference("onednn-graph" + variant, g, 2, inputs, want, what);
     try {
       concurrent_regions += testing::steps_of(*onednn::compile_region(g)).concurrent_stages > 0;
     } catch (const Error& e) {

@@ -2,6 +2,7 @@
 // backend, with the tuner's own check (compare.h's Tolerance::backend_vs_reference): the
 // Winograd convolution as a `onednn` variant, and inside `onednn-graph` regions as a plain
 // ("winograd": every Conv it takes) or a composed variant ("winograd@I,J": those nodes),
+// onednn-graph's channel-blocked layouts ("blocked", "blocked@I,J", composed with Winograd),
 // which variants each backend offers, and what compile() must refuse.
 #include <gtest/gtest.h>
 
@@ -113,7 +114,9 @@ std::vector<std::string> variants_of(const Backend& backend, GraphBuilder& b) {
 // --------------------------------------------------------------------- which variants
 
 TEST(OnednnVariants, WinogradOfferedOnlyWhereOnednnTakesIt) {
-  const std::vector<std::string> both = {"", "winograd"}, plain = {""};
+  const std::vector<std::string> both = {"", "winograd"}, plain = {""},
+                                 all_region = {"", "winograd", "blocked"},
+                                 blocked_region = {"", "blocked"};
   {
     GraphBuilder b;
     ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
@@ -167,7 +170,14 @@ TEST(OnednnVariants, WinogradOfferedOnlyWhereOnednnTakesIt) {
     ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
     ValueId y = b.add1("Relu", {conv(b, x, 16, 32, 1)});
     b.output(b.add1("Relu", {conv(b, y, 32, 32, 3)}));
-    EXPECT_EQ(variants_of(onednn_graph(), b), both) << "region with a 3x3 conv";
+    EXPECT_EQ(variants_of(onednn_graph(), b), all_region) << "region with a 3x3 conv";
+  }
+  {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
+    b.output(b.add1("Relu", {conv(b, x, 16, 32, 1)}));
+    EXPECT_EQ(variants_of(onednn_graph(), b), blocked_region) << "region with a 1x1 conv";
+    EXPECT_EQ(variants_of(onednn(), b), plain) << "blocked is a region variant only";
   }
 }
 
@@ -337,8 +347,8 @@ TEST(OnednnVariants, ConcatOfWinogradAndDirectBranches) {
 
 TEST(OnednnVariants, RegionRefusesUnknownAndMalformedVariants) {
   GraphBuilder b = residual_region(8, 6);
-  for (const char* variant :
-       {"direct", "winograd@", "winograd@99", "winograd@1,x", "other@1", "winograd@1;fast@2"}) {
+  for (const char* variant : {"direct", "winograd@", "winograd@99", "winograd@1,x", "other@1",
+                              "winograd@1;fast@2", "blocked@99", "blocked@0;fast@2"}) {
     CompileOptions o = testing::test_options();
     o.variant = variant;
     try {
@@ -545,6 +555,79 @@ TEST(OnednnConvDepthwise, RegionSplitsAPairThatWouldChangeLayouts) {
   const ProgramSteps steps = region_steps(b.graph());
   EXPECT_EQ(steps.count(dnnl::primitive::kind::reorder), 2)
       << ::testing::PrintToString(steps.implementations);
+}
+
+// The same four convs as the "blocked" variant: every conv writes nChw16c, so the pair runs
+// as oneDNN's one-pass jit kernel instead of being split (3 conv primitives, not 4), nothing
+// runs on channels-last brgconv, and the program still reorders only at the boundary. Fails
+// if the variant were ignored (4 convs, brgconv) or changed layouts between convs.
+TEST(OnednnVariants, RegionBlockedKeepsTheDepthwisePairInOnePass) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 16, 112, 112});
+  ValueId y = b.add1("Relu", {b.add1("Conv", {x, b.random_constant("w0", {16, 16, 3, 3}, 0.2f)},
+                                     {{"pads", attr_ints({1, 1, 1, 1})}})});
+  y = relu6(b, b.add1("Conv", {y, b.random_constant("w1", {96, 16, 1, 1}, 0.4f)}));
+  y = relu6(b, b.add1("Conv", {y, b.random_constant("wd", {96, 1, 3, 3}, 0.4f)},
+                      {{"group", attr_i(96)},
+                       {"strides", attr_ints({2, 2})},
+                       {"pads", attr_ints({1, 1, 1, 1})}}));
+  b.output(b.add1("Conv", {y, b.random_constant("w2", {24, 96, 1, 1}, 0.4f)}));
+  expect_like_reference(onednn_graph(), b.graph(), "blocked", "blocked: conv, pair, project");
+  const ProgramSteps direct = compiled_steps(onednn_graph(), b.graph(), "");
+  const ProgramSteps blocked = compiled_steps(onednn_graph(), b.graph(), "blocked");
+  const std::string listed = ::testing::PrintToString(blocked.implementations);
+  EXPECT_EQ(direct.count(dnnl::primitive::kind::convolution), 4);
+  EXPECT_EQ(blocked.count(dnnl::primitive::kind::convolution), 3) << listed;
+  EXPECT_LE(blocked.count(dnnl::primitive::kind::reorder), 2) << listed;
+  for (const std::string& impl : blocked.implementations)
+    EXPECT_EQ(impl.find("brgconv"), std::string::npos) << listed;
+}
+
+// Blocked regions, whole and composed with Winograd and direct parts, on randomized
+// inverted-residual blocks (expand, depthwise, project, residual Add), ResNet-like blocks, a
+// grouped conv, a pooled concatenation and a 3-D conv: like reference with the tuner's check.
+TEST(OnednnVariants, RegionBlockedPlainAndComposedLikeReference) {
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 4; ++trial) {
+    const int64_t c = pick(rng, 8, 40), m = pick(rng, 16, 96), s = pick(rng, 5, 21);
+    const int64_t stride = trial % 2 ? 2 : 1;
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, c, s, s});
+    ValueId y = relu6(b, b.add1("Conv", {x, b.random_constant("w1", {m, c, 1, 1}, 0.4f),
+                                         b.random_constant("b1", {m})}));
+    y = relu6(b,
+              b.add1("Conv",
+                     {y, b.random_constant("wd", {m, 1, 3, 3}, 0.4f), b.random_constant("bd", {m})},
+                     {{"group", attr_i(m)},
+                      {"strides", attr_ints({stride, stride})},
+                      {"pads", attr_ints({1, 1, 1, 1})}}));
+    y = b.add1("Conv", {y, b.random_constant("w2", {c, m, 1, 1}, 0.4f)});
+    if (stride == 1) y = b.add1("Add", {y, x});
+    ValueId grouped = b.add1("Relu", {conv(b, y, c, 2 * c, 3, 1, 1, c % 2 ? 1 : 2)});
+    ValueId pool = b.add1("MaxPool", {y},
+                          {{"kernel_shape", attr_ints({3, 3})}, {"pads", attr_ints({1, 1, 1, 1})}});
+    b.output(b.add1("Concat", {grouped, pool}, {{"axis", attr_i(1)}}));
+    const std::string what =
+        fmt::format("block {}: c{} m{} {}x{} stride {}", trial, c, m, s, s, stride);
+    for (const char* variant : {"blocked", "blocked@0,1", "blocked@2,3,4", "blocked@5"})
+      expect_like_reference(onednn_graph(), b.graph(), variant,
+                            what + ", variant '" + variant + "'");
+  }
+  for (int trial = 0; trial < 3; ++trial) {
+    const int64_t c = pick(rng, 8, 48), s = pick(rng, 5, 17);
+    GraphBuilder b = residual_region(c, s);
+    const std::string what = fmt::format("residual {} channels {}x{}", c, s, s);
+    for (const char* variant :
+         {"blocked", "winograd@0,1;blocked@5,6", "blocked@0,1;winograd@2,3,4"})
+      expect_like_reference(onednn_graph(), b.graph(), variant,
+                            what + ", variant '" + variant + "'");
+  }
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 8, 6, 7, 5});
+  ValueId y = b.add1("Relu", {b.add1("Conv", {x, b.random_constant("w", {24, 8, 3, 3, 3}, 0.2f)},
+                                     {{"pads", attr_ints({1, 1, 1, 1, 1, 1})}})});
+  b.output(b.add1("Conv", {y, b.random_constant("w2", {16, 24, 1, 1, 1}, 0.2f)}));
+  expect_like_reference(onednn_graph(), b.graph(), "blocked", "3-D convs, blocked");
 }
 
 // A ConvTranspose's bias and tail run as one binary primitive after it, the deconvolution

@@ -88,25 +88,29 @@ TEST(GraphLevelVariants, GenesSeedsAndComposedRegions) {
     auto it = std::find(genes.options.begin(), genes.options.end(), GeneOption{0, variant});
     return it == genes.options.end() ? -1 : static_cast<int>(it - genes.options.begin()) + 1;
   };
-  const int plain = value_of(""), wino = value_of("winograd");
+  const int plain = value_of(""), wino = value_of("winograd"), blocked = value_of("blocked");
   ASSERT_GT(plain, 0);
   ASSERT_GT(wino, 0);
-  EXPECT_EQ(genes.choices[0], (std::vector<int>{0, plain, wino}));
-  EXPECT_EQ(genes.choices[1], (std::vector<int>{0, plain, wino}));
-  EXPECT_EQ(genes.choices[2], (std::vector<int>{0, plain})) << "a 1x1 conv has no Winograd";
+  ASSERT_GT(blocked, 0);
+  EXPECT_EQ(genes.choices[0], (std::vector<int>{0, plain, wino, blocked}));
+  EXPECT_EQ(genes.choices[1], (std::vector<int>{0, plain, wino, blocked}));
+  EXPECT_EQ(genes.choices[2], (std::vector<int>{0, plain, blocked}))
+      << "a 1x1 conv has no Winograd";
 
   const std::vector<Genome> seeds = seed_genomes(genes, op_groups);
   const Genome inherited = {wino, plain, plain}, all_wino = {wino, wino, plain},
-               all_plain = {plain, plain, plain};
-  for (const Genome& want : {Genome{0, 0, 0}, all_plain, all_wino, inherited})
+               all_plain = {plain, plain, plain}, all_blocked = {blocked, blocked, blocked},
+               mixed = {blocked, wino, plain};
+  for (const Genome& want : {Genome{0, 0, 0}, all_plain, all_wino, inherited, all_blocked})
     EXPECT_NE(std::find(seeds.begin(), seeds.end(), want), seeds.end());
 
   struct Case {
     Genome genome;
     std::string variant;
   };
-  for (const Case& c : {Case{all_plain, ""}, Case{inherited, "winograd@0,1"},
-                        Case{all_wino, "winograd@0,1,2,3,4"}}) {
+  for (const Case& c :
+       {Case{all_plain, ""}, Case{inherited, "winograd@0,1"}, Case{all_wino, "winograd@0,1,2,3,4"},
+        Case{all_blocked, "blocked@0,1,2,3,4,5,6"}, Case{mixed, "blocked@0,1;winograd@2,3,4"}}) {
     Placement p = decode_genome(g, op_groups, genes, c.genome, 2);
     ASSERT_EQ(p.size(), 1u) << "one region";
     EXPECT_EQ(p[0].backend, graph_level);

@@ -3,7 +3,8 @@
 // reordered only where they are not already in the layout the primitive prefers. A Conv is
 // built with the direct algorithm or, as the "winograd" variant, with fewer multiplies for
 // 3x3 stride-1 kernels: collage's channels-last F(4x4, 3x3) where its tail is activations
-// (winograd_f43.h), else oneDNN's Winograd convolution.
+// (winograd_f43.h), else oneDNN's Winograd convolution; or, as onednn-graph's "blocked"
+// variant, direct with a channel-blocked (nChw16c) output.
 #include <algorithm>
 #include <numeric>
 
@@ -313,9 +314,14 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
     };
     // Where a region keeps layouts (concatenations in place), the input as it is and the
     // output in its slice's layout, if oneDNN has a jit kernel for that; else its choice.
+    // Blocked: the input as it is (unless row-major) and the output channel-blocked.
     std::optional<dnnl::convolution_forward::primitive_desc> kept;
-    const std::optional<dnnl::memory::desc> kept_src = values.kept_layout(x, xs),
-                                            home_dst = values.home_layout(tail.out);
+    std::optional<dnnl::memory::desc> kept_src = values.kept_layout(x, xs),
+                                      home_dst = values.home_layout(tail.out);
+    if (algorithm == ConvAlgorithm::kBlocked) {
+      if (!kept_src) kept_src = values.activation_layout(x, xs);
+      if (!home_dst) home_dst = channel_blocked_md(to_dims(ys));
+    }
     if (!winograd && (kept_src || home_dst)) {
       try {
         kept = forward(kept_src.value_or(src_md), home_dst.value_or(dst_md));
@@ -510,7 +516,7 @@ bool jit_fused(const std::string& impl) {
   return true;
 }
 
-void emit_conv_dw(const Graph& sub, ValueMemories& values) {
+void emit_conv_dw(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm) {
   if (!conv_dw_group(sub))
     fail(ErrorKind::kUnsupported, "onednn: not a 1x1 conv followed by a 3x3 depthwise conv");
   const Consumers consumers = sub.consumers();
@@ -582,12 +588,16 @@ void emit_conv_dw(const Graph& sub, ValueMemories& values) {
   Program& program = values.program();
   const dnnl::memory::desc w_view = weights_view(sub.value(head.input(1)).shape, 1, false);
   const dnnl::memory::desc b_md({m}, dt::f32, tag::a);
+  // Blocked: oneDNN's one-pass form (jit_1x1 computing the depthwise rows as it goes) where
+  // it has one, else its two jit kernels in nChw16c.
+  const bool blocked = algorithm == ConvAlgorithm::kBlocked;
   auto pd = create_pd("1x1 convolution with a depthwise post-op", [&] {
     return dnnl::convolution_forward::primitive_desc(
-        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                        dnnl::algorithm::convolution_direct, any_md(to_dims(xs)),
-                                        any_md(w_view.dims()), b_md, any_md(to_dims(mid)), {1, 1},
-                                        {0, 0}, {0, 0}, {0, 0}),
+        dnnl::convolution_forward::desc(
+            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+            blocked ? channel_blocked_md(to_dims(xs)) : any_md(to_dims(xs)), any_md(w_view.dims()),
+            b_md, blocked ? channel_blocked_md(to_dims(mid)) : any_md(to_dims(mid)), {1, 1}, {0, 0},
+            {0, 0}, {0, 0}),
         attr, cpu_engine());
   });
   if (!jit_fused(pd.impl_info_str()))

@@ -85,6 +85,13 @@ dnnl::memory::desc plain_md(const Shape& shape) {
   return dnnl::memory::desc(dims, dt::f32, strides);
 }
 
+dnnl::memory::desc channel_blocked_md(const Dims& dims) {
+  static const tag kBlocked[] = {tag::aBc16b, tag::aBcd16b, tag::aBcde16b};
+  if (dims.size() < 3 || dims.size() > 5)
+    fail(ErrorKind::kUnsupported, "onednn: no channel-blocked layout of rank {}", dims.size());
+  return dnnl::memory::desc(dims, dt::f32, kBlocked[dims.size() - 3]);
+}
+
 Shape pad_rank(const Shape& shape, size_t rank) {
   Shape out(rank > shape.size() ? rank - shape.size() : 0, 1);
   out.insert(out.end(), shape.begin(), shape.end());

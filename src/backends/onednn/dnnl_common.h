@@ -46,6 +46,9 @@ std::string effective_isa();    // e.g. "avx512_core_bf16"
 Dims to_dims(const Shape& shape);
 // float32, row-major (strides of `shape`).
 dnnl::memory::desc plain_md(const Shape& shape);
+// float32, channels in blocks of 16 (nCw16c, nChw16c, nCdhw16c: what oneDNN's f32 jit
+// kernels read and write on AVX-512); `dims` of rank 3 to 5.
+dnnl::memory::desc channel_blocked_md(const Dims& dims);
 // Left-pads `shape` with ones to `rank` dims (numpy broadcasting alignment).
 Shape pad_rank(const Shape& shape, size_t rank);
 

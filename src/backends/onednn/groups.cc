@@ -176,7 +176,7 @@ void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algo
   if (t == "ReduceMean" && sub.num_nodes() > 1) return emit_norm(sub, values);
   if ((t == "Reshape" && sub.num_nodes() == 3) || layout_head(sub, first))
     return emit_layout(sub, values);
-  if (t == "Conv" && conv_dw_group(sub)) return emit_conv_dw(sub, values);
+  if (t == "Conv" && conv_dw_group(sub)) return emit_conv_dw(sub, values, conv_algorithm);
   if (t == "Conv" || t == "ConvTranspose") return emit_conv(sub, values, conv_algorithm);
   if (const Family* f = family_of(t)) {
     if (!f->emit) fail(ErrorKind::kUnsupported, "onednn: {} runs only as a kernel of its own", t);

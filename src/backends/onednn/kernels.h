@@ -23,8 +23,12 @@ using Emitter = void (*)(const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_group(const Graph& subgraph, Emitter emit);
 
 // Conv / ConvTranspose (1-3 spatial dims, groups, bias) + tail.  conv_kernel.cc
-// The algorithm of a Conv: direct (oneDNN's default) or Winograd (the "winograd" variant).
-enum class ConvAlgorithm { kDirect, kWinograd };
+// The algorithm of a Conv: direct (oneDNN's default, its layouts its choice: channels-last
+// brgconv on AVX-512), Winograd (the "winograd" variant), or direct on channel-blocked
+// activations (the "blocked" variant: the output nChw16c, the input read in the activation
+// layout it has; oneDNN's jit kernels, and the one-pass 1x1 + depthwise kernel; measured in
+// docs/DESIGN.md "Variants").
+enum class ConvAlgorithm { kDirect, kWinograd, kBlocked };
 // Whether Conv node `n` has the shape oneDNN's Winograd kernels take (checked without
 // creating a primitive; the primitive may still refuse the group's post-ops).
 bool winograd_candidate(const Graph& g, const Node& n);
@@ -41,7 +45,8 @@ bool conv_dw_group(const Graph& subgraph);
 // (the head's output or the end of its eltwise tail) alone; -1 when there is none.
 NodeId depthwise_post_op(const Graph& g, const std::vector<std::vector<NodeId>>& consumers,
                          NodeId head, ValueId cur);
-void emit_conv_dw(const Graph& subgraph, ValueMemories& values);
+void emit_conv_dw(const Graph& subgraph, ValueMemories& values,
+                  ConvAlgorithm algorithm = ConvAlgorithm::kDirect);
 std::unique_ptr<Kernel> compile_conv_dw(const Graph& subgraph);
 // MatMul (batched, broadcasting) / Gemm (transA/B, alpha, beta, C) + tail.  matmul_kernel.cc
 // Node 0 may be a Reshape/Flatten/Squeeze/Unsqueeze of A (read in place), then the head.

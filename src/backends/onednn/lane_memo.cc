@@ -1,5 +1,7 @@
 #include "backends/onednn/lane_memo.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -79,15 +81,22 @@ std::optional<std::vector<LaneStage>> parse_stages(const std::string& text) {
   return stages;
 }
 
-std::unique_ptr<LaneMemo> region_lane_memo(const Graph& region, const std::vector<bool>& winograd,
+std::unique_ptr<LaneMemo> region_lane_memo(const Graph& region,
+                                           const std::vector<ConvAlgorithm>& algorithms,
                                            int threads) {
   try {
     const KernelCacheDir dir = kernel_cache_dir("onednn-lanes");
     std::string key = fmt::format("onednn-graph {}\n{} | {} | {} threads\n", backend_version(),
                                   this_cpu().model, this_cpu().isa, threads);
+    // A region of direct convs keeps the key it had before the blocked algorithm.
     key += "winograd";
-    for (size_t n = 0; n < winograd.size(); ++n)
-      if (winograd[n]) key += fmt::format(" {}", n);
+    for (size_t n = 0; n < algorithms.size(); ++n)
+      if (algorithms[n] == ConvAlgorithm::kWinograd) key += fmt::format(" {}", n);
+    if (std::count(algorithms.begin(), algorithms.end(), ConvAlgorithm::kBlocked) > 0) {
+      key += "\nblocked";
+      for (size_t n = 0; n < algorithms.size(); ++n)
+        if (algorithms[n] == ConvAlgorithm::kBlocked) key += fmt::format(" {}", n);
+    }
     key += "\n" + canonical_text(region);
     return std::make_unique<FileLaneMemo>(dir.path / (hash_hex(key) + ".stages"));
   } catch (const std::exception& e) {

@@ -14,15 +14,17 @@
 #include <string>
 #include <vector>
 
+#include "backends/onednn/kernels.h"
 #include "backends/onednn/lanes.h"
 #include "collage/graph.h"
 
 namespace collage::onednn {
 
-// The memo of `region` (as the program was built from it) compiled with `winograd` (per
+// The memo of `region` (as the program was built from it) compiled with `algorithms` (per
 // node), on `threads` threads. Never throws: nullptr (nothing remembered, every compile
 // measures) when no cache directory can be had.
-std::unique_ptr<LaneMemo> region_lane_memo(const Graph& region, const std::vector<bool>& winograd,
+std::unique_ptr<LaneMemo> region_lane_memo(const Graph& region,
+                                           const std::vector<ConvAlgorithm>& algorithms,
                                            int threads);
 
 // The text of a stage list as the memo stores it, and back (nullopt when it is not one).

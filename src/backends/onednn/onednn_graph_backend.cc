@@ -137,40 +137,66 @@ class OnednnGraphBackend : public Backend {
   }
 
   // "winograd": every Conv of the region that oneDNN's Winograd kernels take uses them.
-  // Regions the graph-level search assembles get a composed variant instead
-  // ("winograd@I,J,...": those nodes only), from the variants their groups were given.
+  // "blocked": every Conv writes channel-blocked activations (nChw16c) and reads its input in
+  // the layout it has: oneDNN's jit kernels instead of channels-last brgconv, and its one-pass
+  // 1x1 + depthwise kernel (ConvAlgorithm::kBlocked). Regions the graph-level search
+  // assembles get a composed variant instead ("winograd@I,J;blocked@K,...": those nodes
+  // only), from the variants their groups were given.
   std::vector<std::string> variants(const Graph& subgraph) const override {
+    std::vector<std::string> out = {""};
     for (size_t n = 0; n < subgraph.num_nodes(); ++n)
-      if (winograd_candidate(subgraph, subgraph.node(static_cast<NodeId>(n))))
-        return {"", kWinograd};
-    return {""};
+      if (winograd_candidate(subgraph, subgraph.node(static_cast<NodeId>(n)))) {
+        out.push_back(kWinograd);
+        break;
+      }
+    for (size_t n = 0; n < subgraph.num_nodes(); ++n)
+      if (blocked_candidate(subgraph, subgraph.node(static_cast<NodeId>(n)))) {
+        out.push_back(kBlocked);
+        break;
+      }
+    return out;
   }
 
   std::unique_ptr<Kernel> compile(const Graph& subgraph, const CompileOptions& options) override {
-    return compile_region(subgraph, winograd_nodes(subgraph, options.variant));
+    return compile_region(subgraph, conv_algorithms(subgraph, options.variant));
   }
 
  private:
   static constexpr const char* kWinograd = "winograd";
+  static constexpr const char* kBlocked = "blocked";
 
-  // Per node of `region`: built with Winograd. Throws kUnsupported for another variant.
-  static std::vector<bool> winograd_nodes(const Graph& region, const std::string& variant) {
-    std::vector<bool> out(region.num_nodes(), false);
-    auto mark = [&](size_t n) {
-      out[n] = winograd_candidate(region, region.node(static_cast<NodeId>(n)));
+  // A Conv (not ConvTranspose) of 1-3 spatial dims: what the blocked layouts exist for.
+  static bool blocked_candidate(const Graph& g, const Node& n) {
+    if (n.op_type != "Conv" || !n.domain.empty() || n.inputs.empty()) return false;
+    const size_t rank = g.value(n.input(0)).shape.size();
+    return rank >= 3 && rank <= 5;
+  }
+
+  // Per node of `region`: the algorithm its Conv is built with (empty: all direct). Throws
+  // kUnsupported for a variant this backend does not offer.
+  static std::vector<ConvAlgorithm> conv_algorithms(const Graph& region,
+                                                    const std::string& variant) {
+    if (variant.empty()) return {};
+    std::vector<ConvAlgorithm> out(region.num_nodes(), ConvAlgorithm::kDirect);
+    auto mark = [&](size_t n, const std::string& part) {
+      const Node& node = region.node(static_cast<NodeId>(n));
+      if (part == kWinograd && winograd_candidate(region, node))
+        out[n] = ConvAlgorithm::kWinograd;
+      else if (part == kBlocked && blocked_candidate(region, node))
+        out[n] = ConvAlgorithm::kBlocked;
     };
-    if (variant == kWinograd) {
-      for (size_t n = 0; n < region.num_nodes(); ++n) mark(n);
+    if (variant == kWinograd || variant == kBlocked) {
+      for (size_t n = 0; n < region.num_nodes(); ++n) mark(n, variant);
       return out;
     }
     std::optional<std::vector<VariantPart>> parts =
         parse_composed_variant(variant, region.num_nodes());
     if (!parts) fail(ErrorKind::kUnsupported, "onednn-graph: no variant '{}'", variant);
     for (const VariantPart& p : *parts) {
-      if (p.variant != kWinograd)
+      if (p.variant != kWinograd && p.variant != kBlocked)
         fail(ErrorKind::kUnsupported, "onednn-graph: no variant '{}' (in '{}')", p.variant,
              variant);
-      for (int n : p.nodes) mark(static_cast<size_t>(n));
+      for (int n : p.nodes) mark(static_cast<size_t>(n), p.variant);
     }
     return out;
   }

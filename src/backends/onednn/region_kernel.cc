@@ -22,23 +22,28 @@
 namespace collage::onednn {
 namespace {
 
-// The Winograd flags of `region`'s nodes (by index) carried over to `rewritten`, its copy with
-// duplicates merged and pads folded (both keep the remaining nodes' order and names): by
+// The conv algorithms of `region`'s nodes (by index) carried over to `rewritten`, its copy
+// with duplicates merged and pads folded (both keep the remaining nodes' order and names): by
 // name where the names tell nodes apart, by index where nothing was removed, else none (the
 // direct algorithm: slower at worst, never wrong).
-std::vector<bool> by_name(const Graph& region, const std::vector<bool>& winograd,
-                          const Graph& rewritten) {
-  if (winograd.empty()) return {};
-  if (rewritten.num_nodes() == region.num_nodes()) return winograd;
-  std::set<std::string> names, flagged;
+std::vector<ConvAlgorithm> by_name(const Graph& region,
+                                   const std::vector<ConvAlgorithm>& algorithms,
+                                   const Graph& rewritten) {
+  if (algorithms.empty()) return {};
+  if (rewritten.num_nodes() == region.num_nodes()) return algorithms;
+  std::map<std::string, ConvAlgorithm> chosen;
+  std::set<std::string> names;
   for (size_t i = 0; i < region.num_nodes(); ++i) {
     const std::string& name = region.node(static_cast<NodeId>(i)).name;
     if (name.empty() || !names.insert(name).second) return {};
-    if (i < winograd.size() && winograd[i]) flagged.insert(name);
+    if (i < algorithms.size() && algorithms[i] != ConvAlgorithm::kDirect)
+      chosen[name] = algorithms[i];
   }
-  std::vector<bool> out(rewritten.num_nodes(), false);
-  for (size_t i = 0; i < rewritten.num_nodes(); ++i)
-    out[i] = flagged.count(rewritten.node(static_cast<NodeId>(i)).name) > 0;
+  std::vector<ConvAlgorithm> out(rewritten.num_nodes(), ConvAlgorithm::kDirect);
+  for (size_t i = 0; i < rewritten.num_nodes(); ++i) {
+    auto it = chosen.find(rewritten.node(static_cast<NodeId>(i)).name);
+    if (it != chosen.end()) out[i] = it->second;
+  }
   return out;
 }
 
@@ -60,9 +65,9 @@ class RegionCompiler {
   // Repeated computations are merged, zero Pads before convolutions and pools folded into
   // their padding, and concatenations read by convolutions alone split into them first; `winograd`
   // (by the caller's node index) follows its convs by name.
-  RegionCompiler(const Graph& region, const std::vector<bool>& winograd)
+  RegionCompiler(const Graph& region, const std::vector<ConvAlgorithm>& algorithms)
       : region_(split_concats_into_convs(fold_pads(merge_duplicates(region)))),
-        winograd_(by_name(region, winograd, region_)),
+        algorithms_(by_name(region, algorithms, region_)),
         consumers_(region_.consumers()),
         covered_(region_.num_nodes(), false),
         emitted_(region_.num_nodes(), false),
@@ -91,7 +96,7 @@ class RegionCompiler {
       pending_.erase(ready);
       emit(group);
     }
-    std::unique_ptr<LaneMemo> memo = region_lane_memo(region_, winograd_, omp_get_max_threads());
+    std::unique_ptr<LaneMemo> memo = region_lane_memo(region_, algorithms_, omp_get_max_threads());
     return std::make_unique<ProgramKernel>(std::move(program_), Program::Lanes::kMeasured,
                                            memo.get());
   }
@@ -196,9 +201,7 @@ class RegionCompiler {
   }
 
   dnnl::memory::desc blocked_md(ValueId v) const {
-    const Shape& shape = region_.value(v).shape;
-    static const tag kBlocked[] = {tag::aBc16b, tag::aBcd16b, tag::aBcde16b};
-    return dnnl::memory::desc(to_dims(shape), dt::f32, kBlocked[shape.size() - 3]);
+    return channel_blocked_md(to_dims(region_.value(v).shape));
   }
 
   // Every reader of `v` is in `nodes` or already emitted, and `v` does not leave the region.
@@ -251,8 +254,9 @@ class RegionCompiler {
     for (size_t i = 0; i < b.outputs.size(); ++i)
       if (values_.has(b.outputs[i])) group_values.set(sub.outputs[i], values_.entry(b.outputs[i]));
     const NodeId head = *std::min_element(nodes.begin(), nodes.end());
-    const bool winograd = static_cast<size_t>(head) < winograd_.size() && winograd_[head];
-    emit_group(sub, group_values, winograd ? ConvAlgorithm::kWinograd : ConvAlgorithm::kDirect);
+    emit_group(sub, group_values,
+               static_cast<size_t>(head) < algorithms_.size() ? algorithms_[head]
+                                                              : ConvAlgorithm::kDirect);
     // Inputs come back too: a reorder one group made is reused by the next reader.
     for (size_t i = 0; i < b.inputs.size(); ++i)
       values_.set(b.inputs[i], group_values.entry(sub.inputs[i]));
@@ -264,7 +268,7 @@ class RegionCompiler {
   }
 
   const Graph region_;
-  const std::vector<bool> winograd_;
+  const std::vector<ConvAlgorithm> algorithms_;
   const Consumers consumers_;
   std::vector<bool> covered_;
   std::vector<bool> emitted_;
@@ -362,10 +366,11 @@ bool region_node(const Graph& g, const Node& n) {
   return primitive_head(g, n) || elementwise_head(g, n);
 }
 
-std::unique_ptr<Kernel> compile_region(const Graph& region, const std::vector<bool>& winograd) {
+std::unique_ptr<Kernel> compile_region(const Graph& region,
+                                       const std::vector<ConvAlgorithm>& algorithms) {
   if (region.num_nodes() == 0) fail(ErrorKind::kUnsupported, "onednn-graph: empty region");
   try {
-    return RegionCompiler(region, winograd).compile();
+    return RegionCompiler(region, algorithms).compile();
   } catch (const dnnl::error& e) {
     fail(ErrorKind::kUnsupported, "onednn-graph: {}", e.what());
   }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "backends/onednn/kernels.h"
 #include "collage/graph.h"
 #include "collage/kernel.h"
 
@@ -20,8 +21,9 @@ bool region_node(const Graph& g, const Node& n);
 // unless its output leaves the region. compile_region starts with this.
 Graph merge_duplicates(const Graph& region);
 
-// Throws kUnsupported naming the first node it can't take. The Conv nodes whose index is
-// set in `winograd` (empty: none) are built with oneDNN's Winograd algorithm.
-std::unique_ptr<Kernel> compile_region(const Graph& region, const std::vector<bool>& winograd = {});
+// Throws kUnsupported naming the first node it can't take. Conv node n is built with
+// `algorithms[n]` (Winograd, channel-blocked; direct beyond its end: empty means all direct).
+std::unique_ptr<Kernel> compile_region(const Graph& region,
+                                       const std::vector<ConvAlgorithm>& algorithms = {});
 
 }  // namespace collage::onednn
