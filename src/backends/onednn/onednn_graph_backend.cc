@@ -143,17 +143,14 @@ class OnednnGraphBackend : public Backend {
   // assembles get a composed variant instead ("winograd@I,J;blocked@K,...": those nodes
   // only), from the variants their groups were given.
   std::vector<std::string> variants(const Graph& subgraph) const override {
+    const std::vector<Node>& nodes = subgraph.nodes();
+    auto any_node = [&](bool (*takes)(const Graph&, const Node&)) {
+      return std::any_of(nodes.begin(), nodes.end(),
+                         [&](const Node& n) { return takes(subgraph, n); });
+    };
     std::vector<std::string> out = {""};
-    for (size_t n = 0; n < subgraph.num_nodes(); ++n)
-      if (winograd_candidate(subgraph, subgraph.node(static_cast<NodeId>(n)))) {
-        out.push_back(kWinograd);
-        break;
-      }
-    for (size_t n = 0; n < subgraph.num_nodes(); ++n)
-      if (blocked_candidate(subgraph, subgraph.node(static_cast<NodeId>(n)))) {
-        out.push_back(kBlocked);
-        break;
-      }
+    if (any_node(winograd_candidate)) out.push_back(kWinograd);
+    if (any_node(blocked_candidate)) out.push_back(kBlocked);
     return out;
   }
 
