@@ -429,6 +429,22 @@ ValueId relu6(GraphBuilder& b, ValueId v) {
       "Clip", {v, b.constant("lo", Tensor::scalar(0.0f)), b.constant("hi", Tensor::scalar(6.0f))});
 }
 
+// A MobileNetV2 inverted residual on `x` (c channels): 1x1 expansion to m with a bias, its
+// 3x3 depthwise conv at `stride` (ReLU6 after each), the 1x1 projection back to c, and at
+// stride 1 the residual Add of `x`.
+ValueId inverted_residual(GraphBuilder& b, ValueId x, int64_t c, int64_t m, int64_t stride) {
+  ValueId y = relu6(b, b.add1("Conv", {x, b.random_constant("w1", {m, c, 1, 1}, 0.4f),
+                                       b.random_constant("b1", {m})}));
+  y = relu6(
+      b,
+      b.add1("Conv", {y, b.random_constant("wd", {m, 1, 3, 3}, 0.4f), b.random_constant("bd", {m})},
+             {{"group", attr_i(m)},
+              {"strides", attr_ints({stride, stride})},
+              {"pads", attr_ints({1, 1, 1, 1})}}));
+  y = b.add1("Conv", {y, b.random_constant("w2", {c, m, 1, 1}, 0.4f)});
+  return stride == 1 ? b.add1("Add", {y, x}) : y;
+}
+
 // A MobileNetV2 inverted-residual front: 1x1 expand (+ tail) -> 3x3 depthwise (+ tail).
 // `tail` 0: none, 1: Relu, 2: Clip(0, 6) (ReLU6), 3: channel-bias Add then ReLU6.
 GraphBuilder expand_dw(int64_t n, int64_t c, int64_t m, int64_t h, int64_t w, int64_t stride,
@@ -512,16 +528,7 @@ TEST(OnednnConvDepthwise, InsideRegionsLikeReference) {
                   stride = trial % 3 == 2 ? 2 : 1;
     GraphBuilder b;
     ValueId x = b.input("x", DType::kFloat32, {1, c, s, s});
-    ValueId y = relu6(b, b.add1("Conv", {x, b.random_constant("w1", {m, c, 1, 1}, 0.4f),
-                                         b.random_constant("b1", {m})}));
-    y = relu6(b,
-              b.add1("Conv",
-                     {y, b.random_constant("wd", {m, 1, 3, 3}, 0.4f), b.random_constant("bd", {m})},
-                     {{"group", attr_i(m)},
-                      {"strides", attr_ints({stride, stride})},
-                      {"pads", attr_ints({1, 1, 1, 1})}}));
-    y = b.add1("Conv", {y, b.random_constant("w2", {c, m, 1, 1}, 0.4f)});
-    if (stride == 1) y = b.add1("Add", {y, x});
+    ValueId y = inverted_residual(b, x, c, m, stride);
     b.output(y);
     expect_like_reference(
         onednn_graph(), b.graph(), "",
@@ -536,11 +543,9 @@ TEST(OnednnConvDepthwise, InsideRegionsLikeReference) {
   expect_like_reference(onednn_graph(), b.graph(), "", "depthwise + residual Add in a region");
 }
 
-// In a region whose convs write channels-last, the 1x1 + depthwise pair that oneDNN would
-// fuse only as its one-pass nChw16c kernel (16 -> 96 at 112x112, stride 2: MobileNetV2's
-// second block) is split instead of reordered in and out: the program reorders only at the
-// region's boundary. With the pair kept, two more reorders (and MobileNetV2 ~5 % slower).
-TEST(OnednnConvDepthwise, RegionSplitsAPairThatWouldChangeLayouts) {
+// A 3x3 conv, then MobileNetV2's second block: 16 -> 96 expansion at 112x112, its 3x3
+// depthwise conv at stride 2 (ReLU6 after each), the 96 -> 24 projection.
+GraphBuilder conv_expand_dw_project() {
   GraphBuilder b;
   ValueId x = b.input("x", DType::kFloat32, {1, 16, 112, 112});
   ValueId y = b.add1("Relu", {b.add1("Conv", {x, b.random_constant("w0", {16, 16, 3, 3}, 0.2f)},
@@ -551,6 +556,15 @@ TEST(OnednnConvDepthwise, RegionSplitsAPairThatWouldChangeLayouts) {
                        {"strides", attr_ints({2, 2})},
                        {"pads", attr_ints({1, 1, 1, 1})}}));
   b.output(b.add1("Conv", {y, b.random_constant("w2", {24, 96, 1, 1}, 0.4f)}));
+  return b;
+}
+
+// In a region whose convs write channels-last, the 1x1 + depthwise pair that oneDNN would
+// fuse only as its one-pass nChw16c kernel (16 -> 96 at 112x112, stride 2: MobileNetV2's
+// second block) is split instead of reordered in and out: the program reorders only at the
+// region's boundary. With the pair kept, two more reorders (and MobileNetV2 ~5 % slower).
+TEST(OnednnConvDepthwise, RegionSplitsAPairThatWouldChangeLayouts) {
+  GraphBuilder b = conv_expand_dw_project();
   expect_like_reference(onednn_graph(), b.graph(), "", "conv, expand, depthwise s2, project");
   const ProgramSteps steps = region_steps(b.graph());
   EXPECT_EQ(steps.count(dnnl::primitive::kind::reorder), 2)
@@ -562,16 +576,7 @@ TEST(OnednnConvDepthwise, RegionSplitsAPairThatWouldChangeLayouts) {
 // runs on channels-last brgconv, and the program still reorders only at the boundary. Fails
 // if the variant were ignored (4 convs, brgconv) or changed layouts between convs.
 TEST(OnednnVariants, RegionBlockedKeepsTheDepthwisePairInOnePass) {
-  GraphBuilder b;
-  ValueId x = b.input("x", DType::kFloat32, {1, 16, 112, 112});
-  ValueId y = b.add1("Relu", {b.add1("Conv", {x, b.random_constant("w0", {16, 16, 3, 3}, 0.2f)},
-                                     {{"pads", attr_ints({1, 1, 1, 1})}})});
-  y = relu6(b, b.add1("Conv", {y, b.random_constant("w1", {96, 16, 1, 1}, 0.4f)}));
-  y = relu6(b, b.add1("Conv", {y, b.random_constant("wd", {96, 1, 3, 3}, 0.4f)},
-                      {{"group", attr_i(96)},
-                       {"strides", attr_ints({2, 2})},
-                       {"pads", attr_ints({1, 1, 1, 1})}}));
-  b.output(b.add1("Conv", {y, b.random_constant("w2", {24, 96, 1, 1}, 0.4f)}));
+  GraphBuilder b = conv_expand_dw_project();
   expect_like_reference(onednn_graph(), b.graph(), "blocked", "blocked: conv, pair, project");
   const ProgramSteps direct = compiled_steps(onednn_graph(), b.graph(), "");
   const ProgramSteps blocked = compiled_steps(onednn_graph(), b.graph(), "blocked");
@@ -593,16 +598,7 @@ TEST(OnednnVariants, RegionBlockedPlainAndComposedLikeReference) {
     const int64_t stride = trial % 2 ? 2 : 1;
     GraphBuilder b;
     ValueId x = b.input("x", DType::kFloat32, {1, c, s, s});
-    ValueId y = relu6(b, b.add1("Conv", {x, b.random_constant("w1", {m, c, 1, 1}, 0.4f),
-                                         b.random_constant("b1", {m})}));
-    y = relu6(b,
-              b.add1("Conv",
-                     {y, b.random_constant("wd", {m, 1, 3, 3}, 0.4f), b.random_constant("bd", {m})},
-                     {{"group", attr_i(m)},
-                      {"strides", attr_ints({stride, stride})},
-                      {"pads", attr_ints({1, 1, 1, 1})}}));
-    y = b.add1("Conv", {y, b.random_constant("w2", {c, m, 1, 1}, 0.4f)});
-    if (stride == 1) y = b.add1("Add", {y, x});
+    ValueId y = inverted_residual(b, x, c, m, stride);
     ValueId grouped = b.add1("Relu", {conv(b, y, c, 2 * c, 3, 1, 1, c % 2 ? 1 : 2)});
     ValueId pool = b.add1("MaxPool", {y},
                           {{"kernel_shape", attr_ints({3, 3})}, {"pads", attr_ints({1, 1, 1, 1})}});
