@@ -92,7 +92,8 @@ std::unique_ptr<LaneMemo> region_lane_memo(const Graph& region,
     key += "winograd";
     for (size_t n = 0; n < algorithms.size(); ++n)
       if (algorithms[n] == ConvAlgorithm::kWinograd) key += fmt::format(" {}", n);
-    if (std::count(algorithms.begin(), algorithms.end(), ConvAlgorithm::kBlocked) > 0) {
+    if (std::find(algorithms.begin(), algorithms.end(), ConvAlgorithm::kBlocked) !=
+        algorithms.end()) {
       key += "\nblocked";
       for (size_t n = 0; n < algorithms.size(); ++n)
         if (algorithms[n] == ConvAlgorithm::kBlocked) key += fmt::format(" {}", n);

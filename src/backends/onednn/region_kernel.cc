@@ -63,8 +63,8 @@ struct Group {
 class RegionCompiler {
  public:
   // Repeated computations are merged, zero Pads before convolutions and pools folded into
-  // their padding, and concatenations read by convolutions alone split into them first; `winograd`
-  // (by the caller's node index) follows its convs by name.
+  // their padding, and concatenations read by convolutions alone split into them first;
+  // `algorithms` (by the caller's node index) follows its convs by name.
   RegionCompiler(const Graph& region, const std::vector<ConvAlgorithm>& algorithms)
       : region_(split_concats_into_convs(fold_pads(merge_duplicates(region)))),
         algorithms_(by_name(region, algorithms, region_)),
