@@ -107,6 +107,13 @@ class Backend {
   // search measures each and keeps the fastest. The first is the default. Only variants
   // that may be faster somewhere belong here; each costs a measurement per candidate.
   virtual std::vector<std::string> variants(const Graph& subgraph) const { return {""}; }
+  // The variants a group of a graph-level backend may take inside a region the graph-level
+  // search assembles or a single-backend plan builds: variants(group), plus those that only
+  // pay between neighbours in one region (a layout its boundary would undo), which are
+  // measured as parts of whole regions, never as candidates alone.
+  virtual std::vector<std::string> region_variants(const Graph& group) const {
+    return variants(group);
+  }
   virtual ThreadControl thread_control() const { return ThreadControl::kPerKernel; }
   // The significand bits its float32 arithmetic keeps: 24 for IEEE float32; fewer where the
   // user allowed reduced-precision math (11 for TF32 tensor cores, COLLAGE_CUDA_TF32=1). The

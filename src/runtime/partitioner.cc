@@ -323,7 +323,7 @@ Placement place_on_single_backend(const Graph& graph, Backend& backend, int thre
                                   const CompilesCheck& known_to_compile) {
   auto variant_for = [&](const std::vector<NodeId>& nodes) -> std::string {
     if (variant.empty()) return "";
-    std::vector<std::string> offered = backend.variants(extract_subgraph(graph, nodes));
+    std::vector<std::string> offered = backend.region_variants(extract_subgraph(graph, nodes));
     return std::find(offered.begin(), offered.end(), variant) != offered.end() ? variant : "";
   };
   Placement placement;

@@ -34,7 +34,7 @@ GraphLevelGenes graph_level_genes(const Graph& graph, const Placement& op_groups
                        [&](NodeId n) { return supports[j][n]; }))
         continue;
       std::vector<std::string> variants =
-          genes.backends[j]->variants(extract_subgraph(graph, op_groups[g].nodes));
+          genes.backends[j]->region_variants(extract_subgraph(graph, op_groups[g].nodes));
       if (variants.empty()) variants.push_back("");
       for (const std::string& v : variants)
         genes.choices[g].push_back(option_value(static_cast<int>(j), v));

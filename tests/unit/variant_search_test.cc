@@ -135,6 +135,25 @@ TEST(GraphLevelVariants, GenesSeedsAndComposedRegions) {
   }
 }
 
+// onednn-graph's blocked layouts pay only between convs inside a region: they are a gene
+// option of the graph-level search and a single-backend plan's variant, never a candidate
+// measured alone (each would cost a measurement per small region of the fusion rule).
+TEST(GraphLevelVariants, BlockedIsARegionVariantOnly) {
+  const Graph g = block();
+  Backend* graph_level = &BackendRegistry::global().get("onednn-graph");
+  int winograd = 0;
+  for (const Candidate& c : enumerate_candidates(g, {graph_level}, 1)) {
+    EXPECT_NE(c.variant, "blocked") << c.label();
+    winograd += c.variant == "winograd";
+  }
+  EXPECT_GT(winograd, 0) << "the other region variant stays a candidate";
+  SessionOptions options;
+  options.backend = "onednn-graph/blocked";
+  Session session(g, options);
+  ASSERT_EQ(session.plan().groups.size(), 1u);
+  EXPECT_EQ(session.plan().groups[0].variant, "blocked") << "one region, built blocked";
+}
+
 TEST(GraphLevelVariants, CandidatesCarryEveryVariant) {
   // enumerate_candidates: each match once per variant its backend offers.
   const Graph g = block();
