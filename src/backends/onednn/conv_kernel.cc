@@ -590,14 +590,16 @@ void emit_conv_dw(const Graph& sub, ValueMemories& values, ConvAlgorithm algorit
   const dnnl::memory::desc b_md({m}, dt::f32, tag::a);
   // Blocked: oneDNN's one-pass form (jit_1x1 computing the depthwise rows as it goes) where
   // it has one, else its two jit kernels in nChw16c.
-  const bool blocked = algorithm == ConvAlgorithm::kBlocked;
+  auto activation_md = [&](const Shape& s) {
+    return algorithm == ConvAlgorithm::kBlocked ? channel_blocked_md(to_dims(s))
+                                                : any_md(to_dims(s));
+  };
   auto pd = create_pd("1x1 convolution with a depthwise post-op", [&] {
     return dnnl::convolution_forward::primitive_desc(
-        dnnl::convolution_forward::desc(
-            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-            blocked ? channel_blocked_md(to_dims(xs)) : any_md(to_dims(xs)), any_md(w_view.dims()),
-            b_md, blocked ? channel_blocked_md(to_dims(mid)) : any_md(to_dims(mid)), {1, 1}, {0, 0},
-            {0, 0}, {0, 0}),
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                        dnnl::algorithm::convolution_direct, activation_md(xs),
+                                        any_md(w_view.dims()), b_md, activation_md(mid), {1, 1},
+                                        {0, 0}, {0, 0}, {0, 0}),
         attr, cpu_engine());
   });
   if (!jit_fused(pd.impl_info_str()))

@@ -1,7 +1,5 @@
 #include "backends/onednn/lane_memo.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -88,16 +86,16 @@ std::unique_ptr<LaneMemo> region_lane_memo(const Graph& region,
     const KernelCacheDir dir = kernel_cache_dir("onednn-lanes");
     std::string key = fmt::format("onednn-graph {}\n{} | {} | {} threads\n", backend_version(),
                                   this_cpu().model, this_cpu().isa, threads);
-    // A region of direct convs keeps the key it had before the blocked algorithm.
-    key += "winograd";
-    for (size_t n = 0; n < algorithms.size(); ++n)
-      if (algorithms[n] == ConvAlgorithm::kWinograd) key += fmt::format(" {}", n);
-    if (std::find(algorithms.begin(), algorithms.end(), ConvAlgorithm::kBlocked) !=
-        algorithms.end()) {
-      key += "\nblocked";
+    auto nodes_with = [&](ConvAlgorithm a) {
+      std::string out;
       for (size_t n = 0; n < algorithms.size(); ++n)
-        if (algorithms[n] == ConvAlgorithm::kBlocked) key += fmt::format(" {}", n);
-    }
+        if (algorithms[n] == a) out += fmt::format(" {}", n);
+      return out;
+    };
+    // A region without blocked convs keeps the key it had before the blocked algorithm.
+    key += "winograd" + nodes_with(ConvAlgorithm::kWinograd);
+    if (const std::string blocked = nodes_with(ConvAlgorithm::kBlocked); !blocked.empty())
+      key += "\nblocked" + blocked;
     key += "\n" + canonical_text(region);
     return std::make_unique<FileLaneMemo>(dir.path / (hash_hex(key) + ".stages"));
   } catch (const std::exception& e) {
