@@ -18,7 +18,7 @@
 #include "backends/onednn/dnnl_common.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/region_kernel.h"
-#include "backends/onednn/winograd_f43.h"
+#include "backends/onednn/winograd_conv.h"
 #include "collage/backend.h"
 #include "collage/placement_view.h"
 #include "collage/plan.h"
@@ -115,7 +115,8 @@ std::vector<std::string> variants_of(const Backend& backend, GraphBuilder& b) {
 
 TEST(OnednnVariants, WinogradOfferedOnlyWhereOnednnTakesIt) {
   const std::vector<std::string> both = {"", "winograd"}, plain = {""},
-                                 all_region = {"", "winograd", "blocked"},
+                                 both_tiles = {"", "winograd", "winograd2x2"},
+                                 all_region = {"", "winograd", "winograd2x2", "blocked"},
                                  blocked_region = {"", "blocked"};
   {
     GraphBuilder b;
@@ -170,7 +171,7 @@ TEST(OnednnVariants, WinogradOfferedOnlyWhereOnednnTakesIt) {
     ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
     ValueId y = b.add1("Relu", {conv(b, x, 16, 32, 1)});
     b.output(b.add1("Relu", {conv(b, y, 32, 32, 3)}));
-    EXPECT_EQ(variants_of(onednn_graph(), b), both) << "region with a 3x3 conv";
+    EXPECT_EQ(variants_of(onednn_graph(), b), both_tiles) << "region with a 3x3 conv";
     EXPECT_EQ(onednn_graph().region_variants(b.graph()), all_region) << "region with a 3x3 conv";
   }
   {
@@ -707,19 +708,20 @@ TEST(OnednnConvDepthwise, ProposesOnlyTheLegalChains) {
         << "the 1x1's output is read outside the fusion";
 }
 
-// ------------------------------------------------------- collage's F(4x4, 3x3) in a program
+// ------------------------------------------ collage's F(4x4, 3x3) and F(2x2, 3x3) in a program
 
 bool runs_f43(Backend& backend, const Graph& g, const std::string& variant) {
   return compiled_steps(backend, g, variant).count(onednn::kWinogradF43Step) != 0;
 }
 
-TEST(OnednnVariants, WinogradF43RandomizedLikeReference) {
-  // Channel counts off the 16-lane blocks, spatial sizes off the 4x4 tiles, asymmetric pads
-  // 0-1 (what the variant is offered for), batch 1-2, each activation the output transform
-  // applies: the "winograd" variant must run collage's F(4x4, 3x3) step (not oneDNN's kernel,
-  // not direct) and match the reference. A wrong transform matrix, tile offset, pad or channel
-  // tail fails here.
-  std::mt19937 rng(29);
+// Channel counts off the 16-lane blocks, spatial sizes off the tiles, asymmetric pads 0-1
+// (what the variants are offered for), batch 1-2, each activation the output transform
+// applies: `variant` of `backend` must run collage's Winograd `step` (not oneDNN's kernel, not
+// direct) and match the reference, its error under `most_error` of the output's scale. A wrong
+// transform matrix, tile offset, pad or channel tail fails here.
+void expect_winograd_randomized_like_reference(Backend& backend, const std::string& variant,
+                                               const char* step, unsigned seed, double most_error) {
+  std::mt19937 rng(seed);
   for (int trial = 0; trial < 14; ++trial) {
     const int64_t n = pick(rng, 1, 2), c = pick(rng, 1, 70), m = pick(rng, 1, 70),
                   h = pick(rng, 3, 30), w = pick(rng, 3, 30);
@@ -748,11 +750,45 @@ TEST(OnednnVariants, WinogradF43RandomizedLikeReference) {
     }
     b.output(y);
     const std::string what =
-        fmt::format("trial {}: n{} c{} m{} {}x{} pads {},{},{},{} tail {}", trial, n, c, m, h, w,
-                    pads[0], pads[1], pads[2], pads[3], tail);
-    EXPECT_TRUE(runs_f43(onednn(), b.graph(), "winograd")) << what;
-    expect_like_reference(onednn(), b.graph(), "winograd", what);
-    EXPECT_LT(scaled_error(run_variant(onednn(), b.graph(), "winograd")), 1e-4) << what;
+        fmt::format("{} trial {}: n{} c{} m{} {}x{} pads {},{},{},{} tail {}", variant, trial, n, c,
+                    m, h, w, pads[0], pads[1], pads[2], pads[3], tail);
+    EXPECT_EQ(compiled_steps(backend, b.graph(), variant).count(step), 1) << what;
+    expect_like_reference(backend, b.graph(), variant, what);
+    EXPECT_LT(scaled_error(run_variant(backend, b.graph(), variant)), most_error) << what;
+  }
+}
+
+TEST(OnednnVariants, WinogradF43RandomizedLikeReference) {
+  expect_winograd_randomized_like_reference(onednn(), "winograd", onednn::kWinogradF43Step, 29,
+                                            1e-4);
+}
+
+TEST(OnednnVariants, WinogradF23RandomizedLikeReference) {
+  // F(2x2, 3x3) (onednn-graph's "winograd2x2"): points 0 and +-1 only, so it rounds almost as
+  // the direct conv does; a transform that was F(4x4)'s, or a tile side of 4, fails.
+  expect_winograd_randomized_like_reference(onednn_graph(), "winograd2x2", onednn::kWinogradF23Step,
+                                            31, 2e-5);
+}
+
+TEST(OnednnVariants, WinogradTilesComposedInOneRegionLikeReference) {
+  // Two 3x3 convs of one region, the first as F(4x4, 3x3), the second as F(2x2, 3x3) (the
+  // composed variant the graph-level search writes), then the reverse: one step of each, and
+  // the reference's outputs.
+  std::mt19937 rng(43);
+  for (int trial = 0; trial < 4; ++trial) {
+    const int64_t c = pick(rng, 8, 40), k = pick(rng, 8, 40), s = pick(rng, 5, 19);
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, c, s, s});
+    ValueId y = b.add1("Relu", {conv(b, x, c, k, 3)});
+    b.output(b.add1("Relu", {conv(b, y, k, c, 3)}));
+    for (const char* variant : {"winograd@0,1;winograd2x2@2,3", "winograd2x2@0,1;winograd@2,3"}) {
+      const std::string what =
+          fmt::format("{}: {} -> {} -> {} channels, {}x{}", variant, c, k, c, s, s);
+      const ProgramSteps steps = compiled_steps(onednn_graph(), b.graph(), variant);
+      EXPECT_EQ(steps.count(onednn::kWinogradF43Step), 1) << what;
+      EXPECT_EQ(steps.count(onednn::kWinogradF23Step), 1) << what;
+      expect_like_reference(onednn_graph(), b.graph(), variant, what);
+    }
   }
 }
 
@@ -787,11 +823,15 @@ TEST(OnednnVariants, WinogradF43BranchesConcurrentAndInPlaceLikeReference) {
     ValueId right = b.add1("Relu", {conv(b, head, c, k2, 3)});
     ValueId cat = b.add1("Concat", {left, right}, {{"axis", attr_i(1)}});
     b.output(b.add1("Relu", {conv(b, cat, k1 + k2, 24, 1)}));
-    const std::string what = fmt::format("{} channels {}x{}, branches {}/{}", c, s, s, k1, k2);
-    const ProgramSteps steps = compiled_steps(onednn_graph(), b.graph(), "winograd");
-    EXPECT_EQ(steps.count(onednn::kWinogradF43Step), 2) << what;
-    EXPECT_GT(steps.concurrent_stages, 0) << what << ": the branches never ran side by side";
-    expect_like_reference(onednn_graph(), b.graph(), "winograd", what);
+    for (auto [variant, step] : {std::pair{"winograd", onednn::kWinogradF43Step},
+                                 std::pair{"winograd2x2", onednn::kWinogradF23Step}}) {
+      const std::string what =
+          fmt::format("{}: {} channels {}x{}, branches {}/{}", variant, c, s, s, k1, k2);
+      const ProgramSteps steps = compiled_steps(onednn_graph(), b.graph(), variant);
+      EXPECT_EQ(steps.count(step), 2) << what;
+      EXPECT_GT(steps.concurrent_stages, 0) << what << ": the branches never ran side by side";
+      expect_like_reference(onednn_graph(), b.graph(), variant, what);
+    }
   }
 }
 

@@ -88,12 +88,15 @@ TEST(GraphLevelVariants, GenesSeedsAndComposedRegions) {
     auto it = std::find(genes.options.begin(), genes.options.end(), GeneOption{0, variant});
     return it == genes.options.end() ? -1 : static_cast<int>(it - genes.options.begin()) + 1;
   };
-  const int plain = value_of(""), wino = value_of("winograd"), blocked = value_of("blocked");
+  const int plain = value_of(""), wino = value_of("winograd"), wino2x2 = value_of("winograd2x2"),
+            blocked = value_of("blocked");
   ASSERT_GT(plain, 0);
   ASSERT_GT(wino, 0);
+  ASSERT_GT(wino2x2, 0);
   ASSERT_GT(blocked, 0);
-  EXPECT_EQ(genes.choices[0], (std::vector<int>{0, plain, wino, blocked}));
-  EXPECT_EQ(genes.choices[1], (std::vector<int>{0, plain, wino, blocked}));
+  EXPECT_EQ(genes.choices[0], (std::vector<int>{0, plain, wino, wino2x2, blocked}));
+  EXPECT_EQ(genes.choices[1], (std::vector<int>{0, plain, wino, blocked}))
+      << "a conv with a residual Add is oneDNN's Winograd kernel, whose tile is its own";
   EXPECT_EQ(genes.choices[2], (std::vector<int>{0, plain, blocked}))
       << "a 1x1 conv has no Winograd";
 

@@ -1,17 +1,17 @@
 // Conv and ConvTranspose on oneDNN's (de)convolution primitives. Weights are reordered once
 // to the layout the primitive prefers (blocked, format_tag::any); activations are
 // reordered only where they are not already in the layout the primitive prefers. A Conv is
-// built with the direct algorithm or, as the "winograd" variant, with fewer multiplies for
-// 3x3 stride-1 kernels: collage's channels-last F(4x4, 3x3) where its tail is activations
-// (winograd_f43.h), else oneDNN's Winograd convolution; or, as onednn-graph's "blocked"
-// variant, direct with a channel-blocked (nChw16c) output.
+// built with the direct algorithm or, as the "winograd" / "winograd2x2" variants, with fewer
+// multiplies for 3x3 stride-1 kernels: collage's channels-last F(4x4, 3x3) / F(2x2, 3x3) where
+// its tail is activations (winograd_conv.h), else oneDNN's Winograd convolution; or, as
+// onednn-graph's "blocked" variant, direct with a channel-blocked (nChw16c) output.
 #include <algorithm>
 #include <numeric>
 
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
-#include "backends/onednn/winograd_f43.h"
+#include "backends/onednn/winograd_conv.h"
 
 namespace collage::onednn {
 namespace {
@@ -227,7 +227,8 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
     fail(ErrorKind::kUnsupported, "onednn: conv of rank {}", xs.size());
   const int64_t group = node.attr_int("group", 1);
   if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: conv input is not a kernel input");
-  const bool winograd = algorithm == ConvAlgorithm::kWinograd;
+  const bool winograd =
+      algorithm == ConvAlgorithm::kWinograd || algorithm == ConvAlgorithm::kWinograd2x2;
   if (winograd && !winograd_candidate(sub, node))
     fail(ErrorKind::kUnsupported,
          "onednn: Winograd needs a 2-D 3x3 stride-1 undilated single-group Conv with pads <= 1");
@@ -251,10 +252,13 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
       out_spatial(ys.begin() + 2, ys.end());
   const Geometry geo = transposed ? transposed_geometry(node, in_spatial, k, out_spatial)
                                   : forward_geometry(node, in_spatial, k, out_spatial);
-  // Winograd where collage's own F(4x4, 3x3) takes the conv and its tail: channels-last like
-  // the direct kernels around it (winograd_f43.h); elsewhere oneDNN's, which reads nChw16c.
-  if (winograd && winograd_f43_takes(tail.ops)) {
-    emit_winograd_f43(sub, node, bias, tail.ops, geo.pad_l[0], geo.pad_l[1], tail.out, values);
+  // Winograd where collage's own takes the conv and its tail: channels-last like the direct
+  // kernels around it (winograd_conv.h); elsewhere oneDNN's, which reads nChw16c (and picks
+  // its own tile).
+  if (winograd && winograd_conv_takes(tail.ops)) {
+    emit_winograd_conv(
+        algorithm == ConvAlgorithm::kWinograd2x2 ? WinogradTile::k2x2 : WinogradTile::k4x4, sub,
+        node, bias, tail.ops, geo.pad_l[0], geo.pad_l[1], tail.out, values);
     return;
   }
   const dnnl::memory::desc w_view = weights_view(ws, group, transposed);

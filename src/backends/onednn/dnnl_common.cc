@@ -32,7 +32,7 @@ std::string backend_version() {
   // 16: a conv reads its input in the layout it has where oneDNN runs the same kernel there.
   // 17: Slices with steps and Gathers of one constant index are cuts (layout_kernel.cc); a
   // failure cached for them before is tried again. 18: the "winograd" variant of a conv with an
-  // eltwise tail is collage's channels-last F(4x4, 3x3) (winograd_f43.h). 19: a squeeze-excitation
+  // eltwise tail is collage's channels-last F(4x4, 3x3) (winograd_conv.h). 19: a squeeze-excitation
   // block is one step (squeeze_excite.h). 20: concatenations of two parts read by convs alone are
   // split into them (concat_into_convs.h); no full-shape binary post-op after a sum.
   // 21: ReduceMean/Max/Min/Sum over any axes on the reduction primitive (layout_kernel.cc); a

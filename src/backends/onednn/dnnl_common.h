@@ -102,7 +102,7 @@ class Program {
   void add(const dnnl::primitive& primitive, const dnnl::primitive_desc_base& pd,
            std::vector<std::pair<int, dnnl::memory>> args);
   // A step of collage's own code where oneDNN has no primitive for the work (the Winograd
-  // transforms, winograd_f43.h). It is called with the step's arguments, bound as a
+  // transforms, winograd_conv.h). It is called with the step's arguments, bound as a
   // primitive's are (DNNL_ARG_SRC*, DNNL_ARG_DST*: what it reads and writes, which lanes and
   // buffer reuse rely on), and reads their data handles when it runs: they change from run to
   // run. It parallelises with OpenMP unless called inside a team (a lane), like oneDNN, and

@@ -24,11 +24,12 @@ std::unique_ptr<Kernel> compile_group(const Graph& subgraph, Emitter emit);
 
 // Conv / ConvTranspose (1-3 spatial dims, groups, bias) + tail.  conv_kernel.cc
 // The algorithm of a Conv: direct (oneDNN's default, its layouts its choice: channels-last
-// brgconv on AVX-512), Winograd (the "winograd" variant), or direct on channel-blocked
+// brgconv on AVX-512), Winograd F(4x4, 3x3) (the "winograd" variant) or F(2x2, 3x3)
+// ("winograd2x2"), or direct on channel-blocked
 // activations (the "blocked" variant: the output nChw16c, the input read in the activation
 // layout it has; oneDNN's jit kernels, and the one-pass 1x1 + depthwise kernel; measured in
 // docs/DESIGN.md "Variants").
-enum class ConvAlgorithm { kDirect, kWinograd, kBlocked };
+enum class ConvAlgorithm { kDirect, kWinograd, kWinograd2x2, kBlocked };
 // Whether Conv node `n` has the shape oneDNN's Winograd kernels take (checked without
 // creating a primitive; the primitive may still refuse the group's post-ops).
 bool winograd_candidate(const Graph& g, const Node& n);

@@ -92,10 +92,12 @@ std::unique_ptr<LaneMemo> region_lane_memo(const Graph& region,
         if (algorithms[n] == a) out += fmt::format(" {}", n);
       return out;
     };
-    // A region without blocked convs keeps the key it had before the blocked algorithm.
+    // A region without blocked or 2x2 Winograd convs keeps the key it had before those.
     key += "winograd" + nodes_with(ConvAlgorithm::kWinograd);
     if (const std::string blocked = nodes_with(ConvAlgorithm::kBlocked); !blocked.empty())
       key += "\nblocked" + blocked;
+    if (const std::string w2 = nodes_with(ConvAlgorithm::kWinograd2x2); !w2.empty())
+      key += "\nwinograd2x2" + w2;
     key += "\n" + canonical_text(region);
     return std::make_unique<FileLaneMemo>(dir.path / (hash_hex(key) + ".stages"));
   } catch (const std::exception& e) {

@@ -53,7 +53,7 @@ bool shuffle_check(const Graph& g, const Match& m) {
 constexpr const char* kWinograd = "winograd";
 
 // A Conv group worth a Winograd measurement: a conv of Winograd's shape whose tail one of
-// the two Winograd builds takes: collage's F(4x4, 3x3) (winograd_f43.h) activations only
+// the two Winograd builds takes: collage's F(4x4, 3x3) (winograd_conv.h) activations only
 // (Relu, LeakyRelu, Clip), oneDNN's kernels Relu and a bias or residual Add (they refuse
 // other post-ops).
 bool winograd_group(const Graph& sub) {
@@ -179,7 +179,7 @@ class OnednnBackend : public Backend {
 
   // A Conv group Winograd can run is offered as "winograd" too (collage's F(4x4, 3x3) measured
   // 1.3-2.0x faster than direct on ResNet-50's and GoogLeNet's 3x3 shapes alone, 2 threads;
-  // see docs/DESIGN.md and winograd_f43.h).
+  // see docs/DESIGN.md and winograd_conv.h).
   std::vector<std::string> variants(const Graph& subgraph) const override {
     if (winograd_group(subgraph)) return {"", kWinograd};
     return {""};

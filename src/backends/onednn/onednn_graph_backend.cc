@@ -136,13 +136,16 @@ class OnednnGraphBackend : public Backend {
         {"onednn_units", "a LayerNorm decomposition or a head with its GELU, whole", whole_units}};
   }
 
-  // "winograd": every Conv of the region that oneDNN's Winograd kernels take uses them.
-  // Regions the graph-level search assembles get a composed variant instead
+  // "winograd" / "winograd2x2": every Conv of the region that Winograd takes uses it, with
+  // 4x4 / 2x2 output tiles (winograd_conv.h: fewer multiplies against more weight bytes; which
+  // pays depends on the image size and on whether the weights stay in cache, so both are
+  // measured). Regions the graph-level search assembles get a composed variant instead
   // ("winograd@I,J;blocked@K,...": those nodes only), from the variants their groups were
   // given.
   std::vector<std::string> variants(const Graph& subgraph) const override {
     std::vector<std::string> out = {""};
     if (any_node(subgraph, winograd_candidate)) out.push_back(kWinograd);
+    if (has_own_winograd_conv(subgraph)) out.push_back(kWinograd2x2);
     return out;
   }
 
@@ -163,11 +166,30 @@ class OnednnGraphBackend : public Backend {
 
  private:
   static constexpr const char* kWinograd = "winograd";
+  static constexpr const char* kWinograd2x2 = "winograd2x2";
   static constexpr const char* kBlocked = "blocked";
 
   static bool any_node(const Graph& g, bool (*takes)(const Graph&, const Node&)) {
     return std::any_of(g.nodes().begin(), g.nodes().end(),
                        [&](const Node& n) { return takes(g, n); });
+  }
+
+  // Whether `g` has a Winograd-shaped conv that collage's own Winograd builds: one whose
+  // output no residual Add or Sum (all inputs computed) reads. That conv is built with
+  // oneDNN's Winograd kernel, which picks its tile itself: "winograd2x2" would measure
+  // "winograd" again.
+  static bool has_own_winograd_conv(const Graph& g) {
+    const std::vector<std::vector<NodeId>> consumers = g.consumers();
+    auto residual_sum = [&](NodeId r) {
+      const Node& n = g.node(r);
+      return (n.op_type == "Add" || n.op_type == "Sum") &&
+             std::none_of(n.inputs.begin(), n.inputs.end(),
+                          [&](ValueId v) { return g.value(v).is_constant(); });
+    };
+    return std::any_of(g.nodes().begin(), g.nodes().end(), [&](const Node& n) {
+      return winograd_candidate(g, n) && std::none_of(consumers[n.outputs[0]].begin(),
+                                                      consumers[n.outputs[0]].end(), residual_sum);
+    });
   }
 
   // A Conv (not ConvTranspose) of 1-3 spatial dims: what the blocked layouts exist for.
@@ -187,10 +209,12 @@ class OnednnGraphBackend : public Backend {
       const Node& node = region.node(static_cast<NodeId>(n));
       if (part == kWinograd && winograd_candidate(region, node))
         out[n] = ConvAlgorithm::kWinograd;
+      else if (part == kWinograd2x2 && winograd_candidate(region, node))
+        out[n] = ConvAlgorithm::kWinograd2x2;
       else if (part == kBlocked && blocked_candidate(region, node))
         out[n] = ConvAlgorithm::kBlocked;
     };
-    if (variant == kWinograd || variant == kBlocked) {
+    if (variant == kWinograd || variant == kWinograd2x2 || variant == kBlocked) {
       for (size_t n = 0; n < region.num_nodes(); ++n) mark(n, variant);
       return out;
     }
@@ -198,7 +222,7 @@ class OnednnGraphBackend : public Backend {
         parse_composed_variant(variant, region.num_nodes());
     if (!parts) fail(ErrorKind::kUnsupported, "onednn-graph: no variant '{}'", variant);
     for (const VariantPart& p : *parts) {
-      if (p.variant != kWinograd && p.variant != kBlocked)
+      if (p.variant != kWinograd && p.variant != kWinograd2x2 && p.variant != kBlocked)
         fail(ErrorKind::kUnsupported, "onednn-graph: no variant '{}' (in '{}')", p.variant,
              variant);
       for (int n : p.nodes) mark(static_cast<size_t>(n), p.variant);

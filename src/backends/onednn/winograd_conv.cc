@@ -1,13 +1,14 @@
-// F(4x4, 3x3) Winograd convolution in channels-last layout (winograd_f43.h says why).
+// Winograd convolution F(m x m, 3x3) in channels-last layout, m = 4 or 2 (winograd_conv.h
+// says why and when each).
 //
-// For each 4x4 output tile, the 6x6 input tile d (zero outside the input) becomes
-// V = B^T d B, the weights g become U = G g G^T once at compile time, and the tile's output
-// is A^T (sum over input channels of U * V) A: per element (i, j) of the 6x6 transformed
-// tile, a matrix product [tiles x C] x [C x K], all 36 of them one batched oneDNN matmul.
-// The matrices are Lavin and Gray's (arXiv:1509.09308) with points 0, +-1, +-2. Both
-// transforms run over blocks of 16 channels, which are contiguous in channels-last: each
-// operation below is one vector instruction per block.
-#include "backends/onednn/winograd_f43.h"
+// For each m x m output tile, the t x t input tile d (t = m + 2; zero outside the input)
+// becomes V = B^T d B, the weights g become U = G g G^T once at compile time, and the tile's
+// output is A^T (sum over input channels of U * V) A: per element (i, j) of the t x t
+// transformed tile, a matrix product [tiles x C] x [C x K], all t^2 of them one batched
+// oneDNN matmul. The matrices are Lavin and Gray's (arXiv:1509.09308): points 0, +-1, +-2 for
+// F(4x4, 3x3), 0, +-1 for F(2x2, 3x3). Both transforms run over blocks of 16 channels, which
+// are contiguous in channels-last: each operation below is one vector instruction per block.
+#include "backends/onednn/winograd_conv.h"
 
 #include <omp.h>
 
@@ -16,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "collage/error.h"
 
@@ -24,8 +26,6 @@ namespace collage::onednn {
 namespace {
 
 constexpr int64_t kLanes = 16;  // channels per block
-constexpr int kTile = 6;        // input tile side: 4 outputs + 3 - 1
-constexpr int kOut = 4;         // output tile side
 
 // Where a channels-last tensor's element (n, c, y, x) lies: offset + n*sn + y*sh + x*sw + c.
 // Any strides but a unit channel stride, so that a slice of a concatenation done in place
@@ -90,87 +90,114 @@ inline void store_block(float* dst, const float* src, int64_t count) {
 
 using Block = float[kLanes];
 
-// One column (or row) of a tile through B^T (input_1d) or A^T (output_1d): six values in,
-// written where the caller says (references into its tile arrays: GCC 12 vectorizes the
-// callers' loops over the 16 lanes so, and left them scalar with a small struct returned,
-// -fopt-info-vec).
-inline void input_1d(float d0, float d1, float d2, float d3, float d4, float d5, float& o0,
-                     float& o1, float& o2, float& o3, float& o4, float& o5) {
-  o0 = 4 * d0 - 5 * d2 + d4;
-  o1 = -4 * d1 - 4 * d2 + d3 + d4;
-  o2 = 4 * d1 - 4 * d2 - d3 + d4;
-  o3 = -2 * d1 - d2 + 2 * d3 + d4;
-  o4 = 2 * d1 - d2 - 2 * d3 + d4;
-  o5 = 4 * d1 - 5 * d3 + d5;
-}
-inline void output_1d(float m0, float m1, float m2, float m3, float m4, float m5, float& o0,
-                      float& o1, float& o2, float& o3) {
-  o0 = m0 + m1 + m2 + m3 + m4;
-  o1 = m1 - m2 + 2 * (m3 - m4);
-  o2 = m1 + m2 + 4 * (m3 + m4);
-  o3 = m1 - m2 + 8 * (m3 - m4) + m5;
-}
+// The two tile sizes: their sides, their 1-D transforms (one column or row of a tile through
+// B^T (input_1d) or A^T (output_1d): values in, written where the caller says, references into
+// its tile arrays: GCC 12 vectorizes the callers' loops over the 16 lanes so, and left them
+// scalar with a small struct returned, -fopt-info-vec) and G for the weights.
+struct F4x4 {
+  static constexpr int kTile = 6;  // input tile side: 4 outputs + 3 - 1
+  static constexpr int kOut = 4;   // output tile side
+  static void input_1d(float d0, float d1, float d2, float d3, float d4, float d5, float& o0,
+                       float& o1, float& o2, float& o3, float& o4, float& o5) {
+    o0 = 4 * d0 - 5 * d2 + d4;
+    o1 = -4 * d1 - 4 * d2 + d3 + d4;
+    o2 = 4 * d1 - 4 * d2 - d3 + d4;
+    o3 = -2 * d1 - d2 + 2 * d3 + d4;
+    o4 = 2 * d1 - d2 - 2 * d3 + d4;
+    o5 = 4 * d1 - 5 * d3 + d5;
+  }
+  static void output_1d(float m0, float m1, float m2, float m3, float m4, float m5, float& o0,
+                        float& o1, float& o2, float& o3) {
+    o0 = m0 + m1 + m2 + m3 + m4;
+    o1 = m1 - m2 + 2 * (m3 - m4);
+    o2 = m1 + m2 + 4 * (m3 + m4);
+    o3 = m1 - m2 + 8 * (m3 - m4) + m5;
+  }
+  static constexpr double G[kTile][3] = {{1.0 / 4, 0, 0},
+                                         {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                         {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                         {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                         {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                         {0, 0, 1}};
+};
+
+struct F2x2 {
+  static constexpr int kTile = 4;
+  static constexpr int kOut = 2;
+  static void input_1d(float d0, float d1, float d2, float d3, float& o0, float& o1, float& o2,
+                       float& o3) {
+    o0 = d0 - d2;
+    o1 = d1 + d2;
+    o2 = d2 - d1;
+    o3 = d1 - d3;
+  }
+  static void output_1d(float m0, float m1, float m2, float m3, float& o0, float& o1) {
+    o0 = m0 + m1 + m2;
+    o1 = m1 - m2 - m3;
+  }
+  static constexpr double G[kTile][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+};
+
+template <class F>
+using TileOf = Block[F::kTile][F::kTile];
 
 // The transforms below take whole tiles as arrays (not rows through pointers, which GCC
 // left scalar: 3-5x slower per transform, measured in ResNet-50), columns first into a
-// scratch tile, then rows.
+// scratch tile, then rows; I and O index a tile's input and output sides.
 
-// u = B^T d B for a 6x6 tile of 16-lane blocks.
-inline void input_tile(const Block (&d)[kTile][kTile], Block (&u)[kTile][kTile]) {
-  Block t[kTile][kTile];
-  for (int j = 0; j < kTile; ++j) {
+// u = B^T d B for a tile of 16-lane blocks.
+template <class F, size_t... I>
+inline void input_tile(const TileOf<F>& d, TileOf<F>& u, std::index_sequence<I...>) {
+  TileOf<F> t;
+  for (int j = 0; j < F::kTile; ++j) {
 #pragma omp simd
-    for (int64_t c = 0; c < kLanes; ++c)
-      input_1d(d[0][j][c], d[1][j][c], d[2][j][c], d[3][j][c], d[4][j][c], d[5][j][c], t[0][j][c],
-               t[1][j][c], t[2][j][c], t[3][j][c], t[4][j][c], t[5][j][c]);
+    for (int64_t c = 0; c < kLanes; ++c) F::input_1d(d[I][j][c]..., t[I][j][c]...);
   }
-  for (int i = 0; i < kTile; ++i) {
+  for (int i = 0; i < F::kTile; ++i) {
 #pragma omp simd
-    for (int64_t c = 0; c < kLanes; ++c)
-      input_1d(t[i][0][c], t[i][1][c], t[i][2][c], t[i][3][c], t[i][4][c], t[i][5][c], u[i][0][c],
-               u[i][1][c], u[i][2][c], u[i][3][c], u[i][4][c], u[i][5][c]);
+    for (int64_t c = 0; c < kLanes; ++c) F::input_1d(t[i][I][c]..., u[i][I][c]...);
   }
 }
 
-// r = A^T p A for a 6x6 tile of 16-lane blocks.
-inline void output_tile(const Block (&p)[kTile][kTile], Block (&r)[kOut][kOut]) {
-  Block s[kOut][kTile];
-  for (int j = 0; j < kTile; ++j) {
+// r = A^T p A for a tile of 16-lane blocks.
+template <class F, size_t... I, size_t... O>
+inline void output_tile(const TileOf<F>& p, Block (&r)[F::kOut][F::kOut], std::index_sequence<I...>,
+                        std::index_sequence<O...>) {
+  Block s[F::kOut][F::kTile];
+  for (int j = 0; j < F::kTile; ++j) {
 #pragma omp simd
-    for (int64_t c = 0; c < kLanes; ++c)
-      output_1d(p[0][j][c], p[1][j][c], p[2][j][c], p[3][j][c], p[4][j][c], p[5][j][c], s[0][j][c],
-                s[1][j][c], s[2][j][c], s[3][j][c]);
+    for (int64_t c = 0; c < kLanes; ++c) F::output_1d(p[I][j][c]..., s[O][j][c]...);
   }
-  for (int i = 0; i < kOut; ++i) {
+  for (int i = 0; i < F::kOut; ++i) {
 #pragma omp simd
-    for (int64_t c = 0; c < kLanes; ++c)
-      output_1d(s[i][0][c], s[i][1][c], s[i][2][c], s[i][3][c], s[i][4][c], s[i][5][c], r[i][0][c],
-                r[i][1][c], r[i][2][c], r[i][3][c]);
+    for (int64_t c = 0; c < kLanes; ++c) F::output_1d(s[i][I][c]..., r[i][O][c]...);
   }
 }
 
-// Tile t's place in the image: its batch index and the top-left output of its 4x4 block.
+// Tile t's place in the image: its batch index and the top-left output of its block.
 struct TilePlace {
   int64_t n, y, x;
 };
-TilePlace place(const Geometry& g, int64_t t) {
+TilePlace place(const Geometry& g, int64_t t, int out_side) {
   const int64_t per_image = g.th * g.tw;
-  return {t / per_image, t % per_image / g.tw * kOut, t % g.tw * kOut};
+  return {t / per_image, t % per_image / g.tw * out_side, t % g.tw * out_side};
 }
 
-// v[(i*6 + j)][b][c] = (B^T d B)[i][j] for the input d of tile `first` + b, b < `count`
+// v[(i*t + j)][b][c] = (B^T d B)[i][j] for the input d of tile `first` + b, b < `count`
 // (`rows` rows per plane: the ones past the last tile are zeros).
+template <class F>
 void input_block(const Geometry& g, const ChannelsLast& xs, const float* x, int64_t first,
                  int64_t count, int64_t rows, float* v) {
-  alignas(64) Block d[kTile][kTile];
-  alignas(64) Block u[kTile][kTile];
+  constexpr int kTile = F::kTile;
+  alignas(64) TileOf<F> d;
+  alignas(64) TileOf<F> u;
   for (int64_t b = 0; b < rows; ++b) {
     if (b >= count) {
       for (int p = 0; p < kTile * kTile; ++p)
         std::fill(v + (p * rows + b) * g.c, v + (p * rows + b + 1) * g.c, 0.0f);
       continue;
     }
-    const TilePlace at = place(g, first + b);
+    const TilePlace at = place(g, first + b, F::kOut);
     const int64_t y0 = at.y - g.pad_t, x0 = at.x - g.pad_l;
     for (int64_t c0 = 0; c0 < g.c; c0 += kLanes) {
       const int64_t lanes = std::min(kLanes, g.c - c0);
@@ -182,7 +209,7 @@ void input_block(const Geometry& g, const ChannelsLast& xs, const float* x, int6
           else
             load_block(d[i][j], x + xs.offset + at.n * xs.sn + yy * xs.sh + xx * xs.sw + c0, lanes);
         }
-      input_tile(d, u);
+      input_tile<F>(d, u, std::make_index_sequence<kTile>());
       for (int i = 0; i < kTile; ++i)
         for (int j = 0; j < kTile; ++j)
           store_block(v + ((i * kTile + j) * rows + b) * g.c + c0, u[i][j], lanes);
@@ -191,23 +218,25 @@ void input_block(const Geometry& g, const ChannelsLast& xs, const float* x, int6
 }
 
 // Output channels [k0, k0 + width) of tiles `first` .. `first` + count - 1 from their products
-// m[(i*6 + j)][b][k - k0] (`rows` rows per plane): y = A^T M A + bias, then the activations,
+// m[(i*t + j)][b][k - k0] (`rows` rows per plane): y = A^T M A + bias, then the activations,
 // for the outputs inside the image.
+template <class F>
 void output_block(const Geometry& g, const std::vector<float>& bias,
                   const std::vector<Activation>& acts, const float* m, int64_t first, int64_t count,
                   int64_t rows, int64_t k0, int64_t width, const ChannelsLast& ys, float* y) {
-  alignas(64) Block p[kTile][kTile];
+  constexpr int kTile = F::kTile, kOut = F::kOut;
+  alignas(64) TileOf<F> p;
   alignas(64) Block r[kOut][kOut];
   alignas(64) Block bias_block;
   for (int64_t b = 0; b < count; ++b) {
-    const TilePlace at = place(g, first + b);
+    const TilePlace at = place(g, first + b, kOut);
     for (int64_t kk = 0; kk < width; kk += kLanes) {
       const int64_t lanes = std::min(kLanes, width - kk);
       load_block(bias_block, bias.data() + k0 + kk, lanes);
       for (int i = 0; i < kTile; ++i)
         for (int j = 0; j < kTile; ++j)
           load_block(p[i][j], m + ((i * kTile + j) * rows + b) * width + kk, lanes);
-      output_tile(p, r);
+      output_tile<F>(p, r, std::make_index_sequence<kTile>(), std::make_index_sequence<kOut>());
       for (int i = 0; i < kOut; ++i)
         for (int j = 0; j < kOut; ++j) {
           float* o = r[i][j];
@@ -232,15 +261,12 @@ void output_block(const Geometry& g, const std::vector<float>& bias,
   }
 }
 
-// U[(i*6 + j)][c][k] = (G g[k][c] G^T)[i][j], in double: the one-time transform of the
+// U[(i*t + j)][c][k] = (G g[k][c] G^T)[i][j], in double: the one-time transform of the
 // constant weights (K, C, 3, 3).
+template <class F>
 std::vector<float> transformed_weights(const Tensor& w, int64_t k_count, int64_t c_count) {
-  static constexpr double G[kTile][3] = {{1.0 / 4, 0, 0},
-                                         {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-                                         {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-                                         {1.0 / 24, 1.0 / 12, 1.0 / 6},
-                                         {1.0 / 24, -1.0 / 12, 1.0 / 6},
-                                         {0, 0, 1}};
+  constexpr int kTile = F::kTile;
+  const auto& G = F::G;
   const float* data = w.data<float>();
   std::vector<float> u(kTile * kTile * c_count * k_count);
   for (int64_t k = 0; k < k_count; ++k)
@@ -265,10 +291,11 @@ std::vector<float> transformed_weights(const Tensor& w, int64_t k_count, int64_t
 // instead of making round trips through memory between passes (three steps over buffers of
 // 2.25x the activations measured 0.13 + 0.18 ms for the transforms of a 64-channel 56x56
 // conv, the direct conv 0.6).
-class WinogradF43 {
+template <class F>
+class Winograd {
  public:
-  WinogradF43(const Geometry& geo, const Tensor& weights, std::vector<float> bias,
-              std::vector<Activation> acts, ChannelsLast in, ChannelsLast out)
+  Winograd(const Geometry& geo, const Tensor& weights, std::vector<float> bias,
+           std::vector<Activation> acts, ChannelsLast in, ChannelsLast out)
       : geo_(geo), bias_(std::move(bias)), acts_(std::move(acts)), in_(in), out_(out) {
     // Tile blocks of 8-64 rows, ~1.2 MB of transformed input at most (a 64-channel 56x56 conv
     // in 8 blocks of 25 tiles ran a twelve-block chain in 6.5-6.9 ms, in 7 of 28 7.0-7.3),
@@ -277,7 +304,7 @@ class WinogradF43 {
     // (multiples of 16) as keep every thread busy when tiles are few: each transforms its
     // tiles' input again.
     const int threads = std::max(1, omp_get_max_threads());
-    const int64_t most_rows = std::clamp<int64_t>(8192 / geo.c, 8, 64);
+    const int64_t most_rows = std::clamp<int64_t>(8192 * 36 / (kTile * kTile) / geo.c, 8, 64);
     tile_blocks_ = (geo.tiles() + most_rows - 1) / most_rows;
     if (tile_blocks_ > threads) tile_blocks_ = (tile_blocks_ + threads - 1) / threads * threads;
     rows_ = (geo.tiles() + tile_blocks_ - 1) / tile_blocks_;
@@ -287,7 +314,7 @@ class WinogradF43 {
     width_ = std::min(geo.k, (width_ + kLanes - 1) / kLanes * kLanes);
     channel_blocks_ = (geo.k + width_ - 1) / width_;
 
-    const std::vector<float> u = transformed_weights(weights, geo.k, geo.c);
+    const std::vector<float> u = transformed_weights<F>(weights, geo.k, geo.c);
     dnnl::stream stream(cpu_engine());
     size_t scratch_bytes = 0;
     for (int64_t kb = 0; kb < channel_blocks_; ++kb) {
@@ -358,6 +385,7 @@ class WinogradF43 {
   }
 
  private:
+  static constexpr int kTile = F::kTile;
   struct Matmul {
     dnnl::matmul primitive;
     dnnl::memory::desc weights_md;
@@ -375,7 +403,7 @@ class WinogradF43 {
     const int64_t first = tb * rows_, count = std::min(rows_, geo_.tiles() - first);
     const int64_t k0 = kb * width_, width = std::min(width_, geo_.k - k0);
     float* v = static_cast<float*>(th.v.get_data_handle());
-    input_block(geo_, in_, x, first, count, rows_, v);
+    input_block<F>(geo_, in_, x, first, count, rows_, v);
     const Matmul& mm = matmuls_.at(width);
     const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, th.v.get()},
                                     {DNNL_ARG_WEIGHTS, packed_[kb].get()},
@@ -384,8 +412,8 @@ class WinogradF43 {
     if (dnnl_status_t status = dnnl_primitive_execute(mm.primitive.get(), th.stream.get(), 4, args);
         status != dnnl_success)
       return status;
-    output_block(geo_, bias_, acts_, static_cast<const float*>(th.m.get_data_handle()), first,
-                 count, rows_, k0, width, out_, y);
+    output_block<F>(geo_, bias_, acts_, static_cast<const float*>(th.m.get_data_handle()), first,
+                    count, rows_, k0, width, out_, y);
     return dnnl_success;
   }
 
@@ -401,14 +429,15 @@ class WinogradF43 {
 
 }  // namespace
 
-bool winograd_f43_takes(const std::vector<PostOp>& ops) {
+bool winograd_conv_takes(const std::vector<PostOp>& ops) {
   return std::all_of(ops.begin(), ops.end(),
                      [](const PostOp& op) { return activation(op).has_value(); });
 }
 
-void emit_winograd_f43(const Graph& g, const Node& conv, const std::vector<float>& bias,
-                       const std::vector<PostOp>& ops, int64_t pad_t, int64_t pad_l, ValueId out,
-                       ValueMemories& values) {
+void emit_winograd_conv(WinogradTile tile, const Graph& g, const Node& conv,
+                        const std::vector<float>& bias, const std::vector<PostOp>& ops,
+                        int64_t pad_t, int64_t pad_l, ValueId out, ValueMemories& values) {
+  const int out_side = tile == WinogradTile::k4x4 ? F4x4::kOut : F2x2::kOut;
   const ValueId x = conv.input(0);
   const Shape& xs = g.value(x).shape;
   const Shape& ys = g.value(conv.outputs[0]).shape;
@@ -421,8 +450,8 @@ void emit_winograd_f43(const Graph& g, const Node& conv, const std::vector<float
                      .ow = ys[3],
                      .pad_t = pad_t,
                      .pad_l = pad_l,
-                     .th = (ys[2] + kOut - 1) / kOut,
-                     .tw = (ys[3] + kOut - 1) / kOut};
+                     .th = (ys[2] + out_side - 1) / out_side,
+                     .tw = (ys[3] + out_side - 1) / out_side};
   std::vector<Activation> acts;
   for (const PostOp& op : ops) acts.push_back(activation(op).value());
   Program& program = values.program();
@@ -445,14 +474,21 @@ void emit_winograd_f43(const Graph& g, const Node& conv, const std::vector<float
   if (!src_at || !dst_at)
     fail(ErrorKind::kInternal, "onednn: Winograd conv got a layout other than channels-last");
 
-  auto step = std::make_shared<WinogradF43>(geo, g.value(conv.input(1)).constant, bias,
-                                            std::move(acts), *src_at, *dst_at);
-  program.add_custom(kWinogradF43Step,
-                     [step](const dnnl_exec_arg_t* args, int count) {
-                       return step->run(custom_step_data(args, count, DNNL_ARG_SRC),
-                                        custom_step_data(args, count, DNNL_ARG_DST));
-                     },
-                     {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+  const Tensor& weights = g.value(conv.input(1)).constant;
+  auto add = [&](auto step, const char* name) {
+    program.add_custom(name,
+                       [step](const dnnl_exec_arg_t* args, int count) {
+                         return step->run(custom_step_data(args, count, DNNL_ARG_SRC),
+                                          custom_step_data(args, count, DNNL_ARG_DST));
+                       },
+                       {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+  };
+  if (tile == WinogradTile::k4x4)
+    add(std::make_shared<Winograd<F4x4>>(geo, weights, bias, std::move(acts), *src_at, *dst_at),
+        kWinogradF43Step);
+  else
+    add(std::make_shared<Winograd<F2x2>>(geo, weights, bias, std::move(acts), *src_at, *dst_at),
+        kWinogradF23Step);
   values.produced(out, dst);
 }
 
