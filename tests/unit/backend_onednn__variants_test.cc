@@ -175,6 +175,19 @@ TEST(OnednnVariants, WinogradOfferedOnlyWhereOnednnTakesIt) {
     EXPECT_EQ(onednn_graph().region_variants(b.graph()), all_region) << "region with a 3x3 conv";
   }
   {
+    // F(2x2, 3x3) only where F(4x4)'s tiles are few, and only where collage's Winograd builds
+    // the conv (oneDNN's kernel, which takes the residual Add, picks its own tile).
+    GraphBuilder big;
+    ValueId x = big.input("x", DType::kFloat32, {1, 16, 25, 25});
+    big.output(big.add1("Relu", {conv(big, x, 16, 16, 3)}));
+    EXPECT_EQ(variants_of(onednn_graph(), big), both) << "3x3 conv on a 25x25 image";
+    GraphBuilder residual;
+    ValueId rx = residual.input("x", DType::kFloat32, {1, 16, 8, 8});
+    residual.output(
+        residual.add1("Relu", {residual.add1("Add", {conv(residual, rx, 16, 16, 3), rx})}));
+    EXPECT_EQ(variants_of(onednn_graph(), residual), both) << "3x3 conv + residual Add";
+  }
+  {
     GraphBuilder b;
     ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
     b.output(b.add1("Relu", {conv(b, x, 16, 32, 1)}));

@@ -174,10 +174,14 @@ class OnednnGraphBackend : public Backend {
                        [&](const Node& n) { return takes(g, n); });
   }
 
-  // Whether `g` has a Winograd-shaped conv that collage's own Winograd builds: one whose
-  // output no residual Add or Sum (all inputs computed) reads. That conv is built with
-  // oneDNN's Winograd kernel, which picks its tile itself: "winograd2x2" would measure
-  // "winograd" again.
+  // Whether `g` has a conv worth a "winograd2x2" measurement: Winograd-shaped, built by
+  // collage's own Winograd (no residual Add or Sum with all inputs computed reads its output:
+  // that conv is oneDNN's Winograd kernel, which picks its tile itself), on an output of at
+  // most kMostWinograd2x2Outputs pixels. On bigger images F(4x4) has tiles enough to spread
+  // its 4x weight bytes over and saves more multiplies: in ResNet-50 F(4x4) ran 1.21-1.47x
+  // direct at 56x56 and 28x28, where F(2x2) would save at most 2.25x (docs/DESIGN.md,
+  // "Winograd 2x2"); not offering it there keeps cold tunes from measuring it per group.
+  static constexpr int64_t kMostWinograd2x2Outputs = 24 * 24;
   static bool has_own_winograd_conv(const Graph& g) {
     const std::vector<std::vector<NodeId>> consumers = g.consumers();
     auto residual_sum = [&](NodeId r) {
@@ -187,8 +191,11 @@ class OnednnGraphBackend : public Backend {
                           [&](ValueId v) { return g.value(v).is_constant(); });
     };
     return std::any_of(g.nodes().begin(), g.nodes().end(), [&](const Node& n) {
-      return winograd_candidate(g, n) && std::none_of(consumers[n.outputs[0]].begin(),
-                                                      consumers[n.outputs[0]].end(), residual_sum);
+      if (!winograd_candidate(g, n)) return false;
+      const Shape& out = g.value(n.outputs[0]).shape;
+      return out[2] * out[3] <= kMostWinograd2x2Outputs &&
+             std::none_of(consumers[n.outputs[0]].begin(), consumers[n.outputs[0]].end(),
+                          residual_sum);
     });
   }
 
