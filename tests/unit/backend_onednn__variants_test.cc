@@ -144,8 +144,8 @@ TEST(OnednnVariants, WinogradOfferedOnlyWhereOnednnTakesIt) {
     EXPECT_EQ(variants_of(onednn(), b), plain) << c.what;
   }
   {
-    // oneDNN's Winograd primitive takes no Clip post-op, collage's F(4x4, 3x3) does; neither
-    // a Clip after a residual Add: not offered (it would only fail).
+    // oneDNN's Winograd primitive takes no Clip post-op, collage's F(4x4, 3x3) does, after a
+    // residual Add too; a Sigmoid neither: not offered (it would only fail).
     GraphBuilder b;
     ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
     b.output(b.add1("Clip", {conv(b, x, 16, 16, 3), b.constant("lo", Tensor::scalar(0.0f)),
@@ -157,7 +157,11 @@ TEST(OnednnVariants, WinogradOfferedOnlyWhereOnednnTakesIt) {
         r.add1("Add", {conv(r, rx, 16, 16, 3), r.input("r", DType::kFloat32, {1, 16, 8, 8})});
     r.output(r.add1("Clip", {sum, r.constant("lo", Tensor::scalar(0.0f)),
                              r.constant("hi", Tensor::scalar(6.0f))}));
-    EXPECT_EQ(variants_of(onednn(), r), plain) << "3x3 + residual Add + Clip";
+    EXPECT_EQ(variants_of(onednn(), r), both) << "3x3 + residual Add + Clip";
+    GraphBuilder sig;
+    ValueId sx = sig.input("x", DType::kFloat32, {1, 16, 8, 8});
+    sig.output(sig.add1("Sigmoid", {conv(sig, sx, 16, 16, 3)}));
+    EXPECT_EQ(variants_of(onednn(), sig), plain) << "3x3 + Sigmoid";
   }
   {
     GraphBuilder b;
@@ -175,17 +179,12 @@ TEST(OnednnVariants, WinogradOfferedOnlyWhereOnednnTakesIt) {
     EXPECT_EQ(onednn_graph().region_variants(b.graph()), all_region) << "region with a 3x3 conv";
   }
   {
-    // F(2x2, 3x3) only where F(4x4)'s tiles are few, and only where collage's Winograd builds
-    // the conv (oneDNN's kernel, which takes the residual Add, picks its own tile).
-    GraphBuilder big;
-    ValueId x = big.input("x", DType::kFloat32, {1, 16, 25, 25});
-    big.output(big.add1("Relu", {conv(big, x, 16, 16, 3)}));
-    EXPECT_EQ(variants_of(onednn_graph(), big), both) << "3x3 conv on a 25x25 image";
+    // Both tiles before a residual Add too (collage's Winograd adds it).
     GraphBuilder residual;
     ValueId rx = residual.input("x", DType::kFloat32, {1, 16, 8, 8});
     residual.output(
         residual.add1("Relu", {residual.add1("Add", {conv(residual, rx, 16, 16, 3), rx})}));
-    EXPECT_EQ(variants_of(onednn_graph(), residual), both) << "3x3 conv + residual Add";
+    EXPECT_EQ(variants_of(onednn_graph(), residual), both_tiles) << "3x3 conv + residual Add";
   }
   {
     GraphBuilder b;
@@ -729,9 +728,10 @@ bool runs_f43(Backend& backend, const Graph& g, const std::string& variant) {
 
 // Channel counts off the 16-lane blocks, spatial sizes off the tiles, asymmetric pads 0-1
 // (what the variants are offered for), batch 1-2, each activation the output transform
-// applies: `variant` of `backend` must run collage's Winograd `step` (not oneDNN's kernel, not
-// direct) and match the reference, its error under `most_error` of the output's scale. A wrong
-// transform matrix, tile offset, pad or channel tail fails here.
+// applies and a residual Add (either operand order, then Relu): `variant` of `backend` must run
+// collage's Winograd `step` (not oneDNN's kernel, not direct) and match the reference, its error
+// under `most_error` of the output's scale. A wrong transform matrix, tile offset, pad or channel
+// tail fails here.
 void expect_winograd_randomized_like_reference(Backend& backend, const std::string& variant,
                                                const char* step, unsigned seed, double most_error) {
   std::mt19937 rng(seed);
@@ -746,7 +746,7 @@ void expect_winograd_randomized_like_reference(Backend& backend, const std::stri
     if (trial % 3 != 0) in.push_back(b.random_constant("b", {m}));
     ValueId y = b.add1("Conv", in, {{"pads", attr_ints(pads)}});
     const char* tail = "none";
-    switch (trial % 4) {
+    switch (trial % 5) {
       case 1:
         tail = "Relu";
         y = b.add1("Relu", {y});
@@ -760,6 +760,13 @@ void expect_winograd_randomized_like_reference(Backend& backend, const std::stri
         tail = "LeakyRelu";
         y = b.add1("LeakyRelu", {y}, {{"alpha", attr_f(0.1f)}});
         break;
+      case 4: {
+        tail = "residual Add + Relu";
+        ValueId r = b.input("r", DType::kFloat32,
+                            {n, m, h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2});
+        y = b.add1("Relu", {b.add1("Add", trial % 2 ? std::vector{r, y} : std::vector{y, r})});
+        break;
+      }
     }
     b.output(y);
     const std::string what =
@@ -805,18 +812,19 @@ TEST(OnednnVariants, WinogradTilesComposedInOneRegionLikeReference) {
   }
 }
 
-TEST(OnednnVariants, WinogradF43OnlyWhereItsOutputTransformTakesTheTail) {
-  // A residual Add is no activation: that conv stays on oneDNN's Winograd kernel.
+TEST(OnednnVariants, WinogradTakesAResidualAddInItsOutputTransform) {
+  // ResNet's basic block: 3x3 conv, residual Add, Relu. Collage's Winograd adds the residual in
+  // its output transform (channels-last, like the direct kernels around it), with either
+  // tile; oneDNN's Winograd kernel (nChw16c) is not used.
   GraphBuilder b;
   ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
-  b.output(b.add1("Add", {conv(b, x, 16, 16, 3), b.input("r", DType::kFloat32, {1, 16, 8, 8})}));
-  EXPECT_FALSE(runs_f43(onednn(), b.graph(), "winograd"));
-  expect_like_reference(onednn(), b.graph(), "winograd", "3x3 + residual Add");
-  GraphBuilder relu;
-  ValueId rx = relu.input("x", DType::kFloat32, {1, 16, 8, 8});
-  relu.output(relu.add1("Relu", {conv(relu, rx, 16, 16, 3)}));
-  EXPECT_TRUE(runs_f43(onednn(), relu.graph(), "winograd"));
-  EXPECT_FALSE(runs_f43(onednn(), relu.graph(), ""));
+  b.output(b.add1("Relu", {b.add1("Add", {conv(b, x, 16, 16, 3), x})}));
+  EXPECT_TRUE(runs_f43(onednn(), b.graph(), "winograd"));
+  expect_like_reference(onednn(), b.graph(), "winograd", "3x3 + residual Add + Relu");
+  const ProgramSteps steps = compiled_steps(onednn_graph(), b.graph(), "winograd2x2");
+  EXPECT_EQ(steps.count(onednn::kWinogradF23Step), 1);
+  expect_like_reference(onednn_graph(), b.graph(), "winograd2x2", "3x3 + residual Add + Relu");
+  EXPECT_FALSE(runs_f43(onednn(), b.graph(), ""));
 }
 
 TEST(OnednnVariants, WinogradF43BranchesConcurrentAndInPlaceLikeReference) {

@@ -255,7 +255,7 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
   // Winograd where collage's own takes the conv and its tail: channels-last like the direct
   // kernels around it (winograd_conv.h); elsewhere oneDNN's, which reads nChw16c (and picks
   // its own tile).
-  if (winograd && winograd_conv_takes(tail.ops)) {
+  if (winograd && winograd_conv_takes(tail.ops, ys)) {
     emit_winograd_conv(
         algorithm == ConvAlgorithm::kWinograd2x2 ? WinogradTile::k2x2 : WinogradTile::k4x4, sub,
         node, bias, tail.ops, geo.pad_l[0], geo.pad_l[1], tail.out, values);

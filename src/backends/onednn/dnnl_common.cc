@@ -37,8 +37,10 @@ std::string backend_version() {
   // split into them (concat_into_convs.h); no full-shape binary post-op after a sum.
   // 21: ReduceMean/Max/Min/Sum over any axes on the reduction primitive (layout_kernel.cc); a
   // Concat takes the first layout with an optimized kernel; DepthToSpace/SpaceToDepth;
-  // InstanceNormalization of N images (norm_kernel.cc).
-  constexpr int kKernelRevision = 21;
+  // InstanceNormalization of N images (norm_kernel.cc). 22: the Winograd variants of a conv
+  // with a residual Add are collage's channels-last Winograd (the Add in its output
+  // transform), no longer oneDNN's nChw16c kernel (winograd_conv.h).
+  constexpr int kKernelRevision = 22;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

@@ -52,19 +52,17 @@ bool shuffle_check(const Graph& g, const Match& m) {
 
 constexpr const char* kWinograd = "winograd";
 
-// A Conv group worth a Winograd measurement: a conv of Winograd's shape whose tail one of
-// the two Winograd builds takes: collage's F(4x4, 3x3) (winograd_conv.h) activations only
-// (Relu, LeakyRelu, Clip), oneDNN's kernels Relu and a bias or residual Add (they refuse
-// other post-ops).
+// A Conv group worth a Winograd measurement: a conv of Winograd's shape whose tail
+// collage's F(4x4, 3x3) (winograd_conv.h) takes: activations (Relu, LeakyRelu, Clip) and a
+// bias or residual Add (oneDNN's Winograd kernels, the fallback for other tails, take Relu
+// and those Adds only).
 bool winograd_group(const Graph& sub) {
   if (sub.num_nodes() == 0 || !winograd_candidate(sub, sub.node(0))) return false;
-  bool activations = true, onednn_post_ops = true;
   for (size_t i = 1; i < sub.num_nodes(); ++i) {
     const std::string& t = sub.node(static_cast<NodeId>(i)).op_type;
-    activations = activations && (t == "Relu" || t == "LeakyRelu" || t == "Clip");
-    onednn_post_ops = onednn_post_ops && (t == "Relu" || t == "Add");
+    if (t != "Relu" && t != "LeakyRelu" && t != "Clip" && t != "Add") return false;
   }
-  return activations || onednn_post_ops;
+  return true;
 }
 
 class OnednnBackend : public Backend {

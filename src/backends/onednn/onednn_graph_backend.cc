@@ -144,8 +144,10 @@ class OnednnGraphBackend : public Backend {
   // given.
   std::vector<std::string> variants(const Graph& subgraph) const override {
     std::vector<std::string> out = {""};
-    if (any_node(subgraph, winograd_candidate)) out.push_back(kWinograd);
-    if (has_own_winograd_conv(subgraph)) out.push_back(kWinograd2x2);
+    if (any_node(subgraph, winograd_candidate)) {
+      out.push_back(kWinograd);
+      out.push_back(kWinograd2x2);
+    }
     return out;
   }
 
@@ -172,31 +174,6 @@ class OnednnGraphBackend : public Backend {
   static bool any_node(const Graph& g, bool (*takes)(const Graph&, const Node&)) {
     return std::any_of(g.nodes().begin(), g.nodes().end(),
                        [&](const Node& n) { return takes(g, n); });
-  }
-
-  // Whether `g` has a conv worth a "winograd2x2" measurement: Winograd-shaped, built by
-  // collage's own Winograd (no residual Add or Sum with all inputs computed reads its output:
-  // that conv is oneDNN's Winograd kernel, which picks its tile itself), on an output of at
-  // most kMostWinograd2x2Outputs pixels. On bigger images F(4x4) has tiles enough to spread
-  // its 4x weight bytes over and saves more multiplies: in ResNet-50 F(4x4) ran 1.21-1.47x
-  // direct at 56x56 and 28x28, where F(2x2) would save at most 2.25x (docs/DESIGN.md,
-  // "Winograd 2x2"); not offering it there keeps cold tunes from measuring it per group.
-  static constexpr int64_t kMostWinograd2x2Outputs = 24 * 24;
-  static bool has_own_winograd_conv(const Graph& g) {
-    const std::vector<std::vector<NodeId>> consumers = g.consumers();
-    auto residual_sum = [&](NodeId r) {
-      const Node& n = g.node(r);
-      return (n.op_type == "Add" || n.op_type == "Sum") &&
-             std::none_of(n.inputs.begin(), n.inputs.end(),
-                          [&](ValueId v) { return g.value(v).is_constant(); });
-    };
-    return std::any_of(g.nodes().begin(), g.nodes().end(), [&](const Node& n) {
-      if (!winograd_candidate(g, n)) return false;
-      const Shape& out = g.value(n.outputs[0]).shape;
-      return out[2] * out[3] <= kMostWinograd2x2Outputs &&
-             std::none_of(consumers[n.outputs[0]].begin(), consumers[n.outputs[0]].end(),
-                          residual_sum);
-    });
   }
 
   // A Conv (not ConvTranspose) of 1-3 spatial dims: what the blocked layouts exist for.

@@ -54,20 +54,32 @@ struct Geometry {
   int64_t tiles() const { return n * th * tw; }
 };
 
-// The tail applied in the output transform.
-struct Activation {
-  enum class Kind { kRelu, kClip } kind;
-  float alpha, beta;  // kRelu: the slope below 0; kClip: the bounds
+// The tail applied in the output transform, in order: activations, and a residual tensor of
+// the output's shape added (read channels-last at the output's pixels).
+struct TailOp {
+  enum class Kind { kRelu, kClip, kResidual } kind;
+  float alpha = 0, beta = 0;  // kRelu: the slope below 0; kClip: the bounds
 };
 
-std::optional<Activation> activation(const PostOp& op) {
-  if (op.kind != PostOp::Kind::kEltwise) return std::nullopt;
-  if (op.alg == dnnl::algorithm::eltwise_relu)
-    return Activation{Activation::Kind::kRelu, op.alpha, 0};
+std::optional<TailOp> tail_op(const PostOp& op, const Shape& out) {
+  if (op.kind == PostOp::Kind::kBinary) {
+    if (op.alg == dnnl::algorithm::binary_add && op.operand != kNoValue && op.operand_shape == out)
+      return TailOp{TailOp::Kind::kResidual};
+    return std::nullopt;
+  }
+  if (op.alg == dnnl::algorithm::eltwise_relu) return TailOp{TailOp::Kind::kRelu, op.alpha, 0};
   if (op.alg == dnnl::algorithm::eltwise_clip || op.alg == dnnl::algorithm::eltwise_clip_v2)
-    return Activation{Activation::Kind::kClip, op.alpha, op.beta};
+    return TailOp{TailOp::Kind::kClip, op.alpha, op.beta};
   return std::nullopt;
 }
+
+// What one run reads and writes: the input, the residual (when the tail adds one) and the
+// output, each channels-last.
+struct Operands {
+  const float* x;
+  const float* residual;
+  float* y;
+};
 
 // dst[0..16) = src[0..count), zeros after.
 inline void load_block(float* dst, const float* src, int64_t count) {
@@ -218,16 +230,18 @@ void input_block(const Geometry& g, const ChannelsLast& xs, const float* x, int6
 }
 
 // Output channels [k0, k0 + width) of tiles `first` .. `first` + count - 1 from their products
-// m[(i*t + j)][b][k - k0] (`rows` rows per plane): y = A^T M A + bias, then the activations,
-// for the outputs inside the image.
+// m[(i*t + j)][b][k - k0] (`rows` rows per plane): y = A^T M A + bias, then the tail, for
+// the outputs inside the image (`rs`: where the residual lies).
 template <class F>
 void output_block(const Geometry& g, const std::vector<float>& bias,
-                  const std::vector<Activation>& acts, const float* m, int64_t first, int64_t count,
-                  int64_t rows, int64_t k0, int64_t width, const ChannelsLast& ys, float* y) {
+                  const std::vector<TailOp>& tail, const float* m, int64_t first, int64_t count,
+                  int64_t rows, int64_t k0, int64_t width, const ChannelsLast& ys,
+                  const ChannelsLast& rs, const Operands& io) {
   constexpr int kTile = F::kTile, kOut = F::kOut;
   alignas(64) TileOf<F> p;
   alignas(64) Block r[kOut][kOut];
   alignas(64) Block bias_block;
+  alignas(64) Block residual;
   for (int64_t b = 0; b < count; ++b) {
     const TilePlace at = place(g, first + b, kOut);
     for (int64_t kk = 0; kk < width; kk += kLanes) {
@@ -237,26 +251,31 @@ void output_block(const Geometry& g, const std::vector<float>& bias,
         for (int j = 0; j < kTile; ++j)
           load_block(p[i][j], m + ((i * kTile + j) * rows + b) * width + kk, lanes);
       output_tile<F>(p, r, std::make_index_sequence<kTile>(), std::make_index_sequence<kOut>());
-      for (int i = 0; i < kOut; ++i)
-        for (int j = 0; j < kOut; ++j) {
+      for (int i = 0; i < kOut && at.y + i < g.oh; ++i)
+        for (int j = 0; j < kOut && at.x + j < g.ow; ++j) {
           float* o = r[i][j];
 #pragma omp simd
           for (int64_t c = 0; c < kLanes; ++c) o[c] += bias_block[c];
-          for (const Activation& a : acts) {
-            if (a.kind == Activation::Kind::kRelu) {
+          for (const TailOp& t : tail) {
+            if (t.kind == TailOp::Kind::kRelu) {
 #pragma omp simd
-              for (int64_t c = 0; c < kLanes; ++c) o[c] = o[c] > 0 ? o[c] : o[c] * a.alpha;
+              for (int64_t c = 0; c < kLanes; ++c) o[c] = o[c] > 0 ? o[c] : o[c] * t.alpha;
+            } else if (t.kind == TailOp::Kind::kClip) {
+#pragma omp simd
+              for (int64_t c = 0; c < kLanes; ++c) o[c] = std::min(std::max(o[c], t.alpha), t.beta);
             } else {
+              load_block(residual,
+                         io.residual + rs.offset + at.n * rs.sn + (at.y + i) * rs.sh +
+                             (at.x + j) * rs.sw + k0 + kk,
+                         lanes);
 #pragma omp simd
-              for (int64_t c = 0; c < kLanes; ++c) o[c] = std::min(std::max(o[c], a.alpha), a.beta);
+              for (int64_t c = 0; c < kLanes; ++c) o[c] += residual[c];
             }
           }
-        }
-      for (int i = 0; i < kOut && at.y + i < g.oh; ++i)
-        for (int j = 0; j < kOut && at.x + j < g.ow; ++j)
           store_block(
-              y + ys.offset + at.n * ys.sn + (at.y + i) * ys.sh + (at.x + j) * ys.sw + k0 + kk,
-              r[i][j], lanes);
+              io.y + ys.offset + at.n * ys.sn + (at.y + i) * ys.sh + (at.x + j) * ys.sw + k0 + kk,
+              o, lanes);
+        }
     }
   }
 }
@@ -295,8 +314,13 @@ template <class F>
 class Winograd {
  public:
   Winograd(const Geometry& geo, const Tensor& weights, std::vector<float> bias,
-           std::vector<Activation> acts, ChannelsLast in, ChannelsLast out)
-      : geo_(geo), bias_(std::move(bias)), acts_(std::move(acts)), in_(in), out_(out) {
+           std::vector<TailOp> tail, ChannelsLast in, ChannelsLast out, ChannelsLast residual)
+      : geo_(geo),
+        bias_(std::move(bias)),
+        tail_(std::move(tail)),
+        in_(in),
+        out_(out),
+        residual_(residual) {
     // Tile blocks of 8-64 rows, ~1.2 MB of transformed input at most (a 64-channel 56x56 conv
     // in 8 blocks of 25 tiles ran a twelve-block chain in 6.5-6.9 ms, in 7 of 28 7.0-7.3),
     // their count a multiple of the threads (no thread left with one more), splitting the
@@ -366,19 +390,18 @@ class Winograd {
 
   // Returns oneDNN's status of the first matmul that failed (no exception leaves an OpenMP
   // region: it would end the process).
-  dnnl_status_t run(const float* x, float* y) {
+  dnnl_status_t run(const Operands& io) {
     const int64_t items = tile_blocks_ * channel_blocks_;
     if (omp_in_parallel()) {  // a lane of a concurrent stage: this thread alone
       for (int64_t i = 0; i < items; ++i)
-        if (dnnl_status_t status = work(i, threads_[0], x, y); status != dnnl_success)
-          return status;
+        if (dnnl_status_t status = work(i, threads_[0], io); status != dnnl_success) return status;
       return dnnl_success;
     }
     const int team = std::min<int>(omp_get_max_threads(), static_cast<int>(threads_.size()));
     std::atomic<dnnl_status_t> failed{dnnl_success};
 #pragma omp parallel for num_threads(team) schedule(dynamic, 1)
     for (int64_t i = 0; i < items; ++i)
-      if (dnnl_status_t status = work(i, threads_[omp_get_thread_num()], x, y);
+      if (dnnl_status_t status = work(i, threads_[omp_get_thread_num()], io);
           status != dnnl_success)
         failed.store(status);
     return failed.load();
@@ -398,12 +421,12 @@ class Winograd {
     dnnl::stream stream;
   };
 
-  dnnl_status_t work(int64_t item, Thread& th, const float* x, float* y) {
+  dnnl_status_t work(int64_t item, Thread& th, const Operands& io) {
     const int64_t tb = item / channel_blocks_, kb = item % channel_blocks_;
     const int64_t first = tb * rows_, count = std::min(rows_, geo_.tiles() - first);
     const int64_t k0 = kb * width_, width = std::min(width_, geo_.k - k0);
     float* v = static_cast<float*>(th.v.get_data_handle());
-    input_block<F>(geo_, in_, x, first, count, rows_, v);
+    input_block<F>(geo_, in_, io.x, first, count, rows_, v);
     const Matmul& mm = matmuls_.at(width);
     const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, th.v.get()},
                                     {DNNL_ARG_WEIGHTS, packed_[kb].get()},
@@ -412,15 +435,15 @@ class Winograd {
     if (dnnl_status_t status = dnnl_primitive_execute(mm.primitive.get(), th.stream.get(), 4, args);
         status != dnnl_success)
       return status;
-    output_block<F>(geo_, bias_, acts_, static_cast<const float*>(th.m.get_data_handle()), first,
-                    count, rows_, k0, width, out_, y);
+    output_block<F>(geo_, bias_, tail_, static_cast<const float*>(th.m.get_data_handle()), first,
+                    count, rows_, k0, width, out_, residual_, io);
     return dnnl_success;
   }
 
   Geometry geo_;
   std::vector<float> bias_;
-  std::vector<Activation> acts_;
-  ChannelsLast in_, out_;
+  std::vector<TailOp> tail_;
+  ChannelsLast in_, out_, residual_;
   int64_t rows_ = 0, tile_blocks_ = 0, width_ = 0, channel_blocks_ = 0;
   std::map<int64_t, Matmul> matmuls_;  // by block width
   std::vector<dnnl::memory> packed_;   // per channel block
@@ -429,9 +452,14 @@ class Winograd {
 
 }  // namespace
 
-bool winograd_conv_takes(const std::vector<PostOp>& ops) {
-  return std::all_of(ops.begin(), ops.end(),
-                     [](const PostOp& op) { return activation(op).has_value(); });
+bool winograd_conv_takes(const std::vector<PostOp>& ops, const Shape& out) {
+  int residuals = 0;
+  for (const PostOp& op : ops) {
+    const std::optional<TailOp> t = tail_op(op, out);
+    if (!t) return false;
+    residuals += t->kind == TailOp::Kind::kResidual;
+  }
+  return residuals <= 1;
 }
 
 void emit_winograd_conv(WinogradTile tile, const Graph& g, const Node& conv,
@@ -452,42 +480,60 @@ void emit_winograd_conv(WinogradTile tile, const Graph& g, const Node& conv,
                      .pad_l = pad_l,
                      .th = (ys[2] + out_side - 1) / out_side,
                      .tw = (ys[3] + out_side - 1) / out_side};
-  std::vector<Activation> acts;
-  for (const PostOp& op : ops) acts.push_back(activation(op).value());
+  std::vector<TailOp> tail;
+  ValueId residual = kNoValue;
+  for (const PostOp& op : ops) {
+    tail.push_back(tail_op(op, ys).value());
+    if (tail.back().kind == TailOp::Kind::kResidual) residual = op.operand;
+  }
   Program& program = values.program();
 
   // The input as a producer in the region wrote it when that is channels-last, else
   // converted to dense channels-last; the output where its readers want it when that is
   // channels-last (a slice of a concatenation done in place), else dense channels-last.
-  dnnl::memory::desc src_md = dense_channels_last(xs);
-  if (std::optional<dnnl::memory::desc> has = values.activation_layout(x, xs);
-      has && channels_last(*has))
-    src_md = *has;
+  auto channels_last_as_it_is = [&](ValueId v, const Shape& shape) {
+    if (std::optional<dnnl::memory::desc> has = values.activation_layout(v, shape);
+        has && channels_last(*has))
+      return *has;
+    return dense_channels_last(shape);
+  };
+  const dnnl::memory::desc src_md = channels_last_as_it_is(x, xs);
   dnnl::memory::desc dst_md = dense_channels_last(ys);
   if (std::optional<dnnl::memory::desc> home = values.home_layout(out);
       home && channels_last(*home))
     dst_md = *home;
   const dnnl::memory src = values.read(x, src_md);
+  // The residual read before the destination is chosen, so that its buffer is not reused
+  // for the output while the step still reads it.
+  std::optional<dnnl::memory> res;
+  if (residual != kNoValue) res = values.read(residual, channels_last_as_it_is(residual, ys));
   const dnnl::memory dst = values.destination(out, dst_md);
   const std::optional<ChannelsLast> src_at = channels_last(src.get_desc()),
-                                    dst_at = channels_last(dst.get_desc());
-  if (!src_at || !dst_at)
+                                    dst_at = channels_last(dst.get_desc()),
+                                    res_at = res ? channels_last(res->get_desc()) : ChannelsLast{};
+  if (!src_at || !dst_at || !res_at)
     fail(ErrorKind::kInternal, "onednn: Winograd conv got a layout other than channels-last");
 
   const Tensor& weights = g.value(conv.input(1)).constant;
+  std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
+  if (res) args.emplace_back(DNNL_ARG_SRC_1, *res);
   auto add = [&](auto step, const char* name) {
-    program.add_custom(name,
-                       [step](const dnnl_exec_arg_t* args, int count) {
-                         return step->run(custom_step_data(args, count, DNNL_ARG_SRC),
-                                          custom_step_data(args, count, DNNL_ARG_DST));
-                       },
-                       {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+    program.add_custom(
+        name,
+        [step](const dnnl_exec_arg_t* args, int count) {
+          return step->run(Operands{custom_step_data(args, count, DNNL_ARG_SRC),
+                                    custom_step_data(args, count, DNNL_ARG_SRC_1),
+                                    custom_step_data(args, count, DNNL_ARG_DST)});
+        },
+        std::move(args));
   };
   if (tile == WinogradTile::k4x4)
-    add(std::make_shared<Winograd<F4x4>>(geo, weights, bias, std::move(acts), *src_at, *dst_at),
+    add(std::make_shared<Winograd<F4x4>>(geo, weights, bias, std::move(tail), *src_at, *dst_at,
+                                         *res_at),
         kWinogradF43Step);
   else
-    add(std::make_shared<Winograd<F2x2>>(geo, weights, bias, std::move(acts), *src_at, *dst_at),
+    add(std::make_shared<Winograd<F2x2>>(geo, weights, bias, std::move(tail), *src_at, *dst_at,
+                                         *res_at),
         kWinogradF23Step);
   values.produced(out, dst);
 }

@@ -24,9 +24,11 @@
 namespace collage::onednn {
 
 // Whether a Winograd-shaped conv (winograd_candidate: 2-D 3x3 stride-1 undilated, one group)
-// that emit_conv takes (float32, constant weights) can be built here with its tail `ops`
-// after the bias folded in: Relu, LeakyRelu and Clip only (applied in the output transform).
-bool winograd_conv_takes(const std::vector<PostOp>& ops);
+// that emit_conv takes (float32, constant weights), writing an output shaped `out`, can be
+// built here with its tail `ops` after the bias folded in: Relu, LeakyRelu, Clip and one
+// residual Add of a computed tensor shaped `out` (ResNet's basic block), applied in the output
+// transform.
+bool winograd_conv_takes(const std::vector<PostOp>& ops, const Shape& out);
 
 enum class WinogradTile { k2x2, k4x4 };  // output tile side: F(2x2, 3x3) or F(4x4, 3x3)
 
