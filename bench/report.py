@@ -82,6 +82,22 @@ def median(xs):
     return s[len(s) // 2] if s else None  # upper median, as `collage bench` prints
 
 
+
+def variant_choices(group):
+    """The (backend, variant) pairs a plan group uses: one, or one per part of a composed
+    variant plus the default where the parts leave nodes."""
+    backend, variant = group["backend"], group.get("variant", "")
+    if "@" not in variant:
+        return {(backend, variant)}
+    names, covered = set(), set()
+    for part in variant.split(";"):
+        name, nodes = part.split("@", 1)
+        names.add(name)
+        covered.update(nodes.split(","))
+    if len(covered) < len(group.get("nodes", [])):
+        names.add("")
+    return {(backend, name) for name in names}
+
 def model_summary(model_dir):
     meta = (load_json_lines(os.path.join(model_dir, "meta.json")) or [{}])[0]
     plans = {}  # name -> samples over every round
@@ -128,8 +144,10 @@ def model_summary(model_dir):
             nodes[g["backend"]] = nodes.get(g["backend"], 0) + len(g["nodes"])
         placement = sorted(nodes.items(), key=lambda kv: -kv[1])
         kernels = len(groups)
-        # Distinct (backend, variant) pairs: how much of a collage the plan really is.
-        choices = len({(g["backend"], g.get("variant", "")) for g in groups})
+        # Distinct (backend, variant) pairs: how much of a collage the plan really is. A region
+        # with a composed variant ("winograd@0,1;blocked@5") counts each of its parts, and the
+        # default for its other nodes.
+        choices = len({c for g in groups for c in variant_choices(g)})
         stages = len({g.get("stage", 0) for g in groups if g.get("lane", 0) > 0})
     except (OSError, ValueError, KeyError):
         pass
@@ -279,7 +297,10 @@ def summarize(work, out_dir):
     lines.append("")
     lines.append("The tuned plans: where their nodes run, and their predicted latency (the sum of "
                  "their groups' costs, each measured alone by `collage tune`, plus one executor "
-                 "step overhead per kernel) against its median measured alone above.")
+                 "step overhead per kernel) against its median measured alone above. "
+                 "(Backend, variant) choices: the distinct ways its nodes are built; a region "
+                 "whose variant is composed per group (`winograd@0,1;blocked@5`) counts each "
+                 "part, and the default for its other nodes.")
     lines.append("")
     lines.append("| model | placement (nodes per backend) | reference nodes | kernels | "
                  "(backend, variant) choices | predicted ms | measured ms | error |")
