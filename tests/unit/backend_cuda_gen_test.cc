@@ -204,10 +204,8 @@ TEST(CudaGen, RefusesWhatItsKernelModelCannotRun) {
 
 TEST(CudaGen, CacheServesTheSecondCompileFromDisk) {
   namespace fs = std::filesystem;
-  const fs::path dir =
-      fs::temp_directory_path() / ("collage-cuda-gen-test-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  testing::ScopedEnv cache_dir("COLLAGE_CACHE_DIR", dir.c_str());
+  testing::TempCacheDir cache_dir("cuda-gen-test");
+  const fs::path& dir = cache_dir.path();
   // A shape no other test uses: new to this process.
   GraphBuilder b(13);
   ValueId x = b.input("x", DType::kFloat32, {3, 1777});
@@ -243,7 +241,6 @@ TEST(CudaGen, CacheServesTheSecondCompileFromDisk) {
   auto rebuilt = cuda_gen::compile_cubin(source, 90);
   EXPECT_EQ(*rebuilt, *first);
   EXPECT_EQ(cuda_gen::compile_stats().compiles, before.compiles + 3);
-  fs::remove_all(dir);
 }
 
 TEST(CudaGen, ProposesRegionsAndLoneOps) {

@@ -497,10 +497,8 @@ TEST(HalideBackend, FusionRuleProposesWholeChains) {
 
 TEST(HalideBackend, DiskCacheServesTheSecondCompile) {
   namespace fs = std::filesystem;
-  const fs::path dir =
-      fs::temp_directory_path() / ("collage-halide-test-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  testing::ScopedEnv cache_dir("COLLAGE_CACHE_DIR", dir.c_str());
+  testing::TempCacheDir cache_dir("halide-test");
+  const fs::path& dir = cache_dir.path();
   // A shape no other test uses, so the kernel is new to this process.
   GraphBuilder b;
   ValueId x = b.input("x", DType::kFloat32, {3, 777});
@@ -528,7 +526,6 @@ TEST(HalideBackend, DiskCacheServesTheSecondCompile) {
   // And without dropping it: served from memory.
   halide().compile(g, testing::test_options());
   EXPECT_EQ(halide_backend::cache_stats().memory_hits, second.memory_hits + 1);
-  fs::remove_all(dir);
 }
 
 TEST(HalideBackend, UnwritableCacheDirFallsBack) {

@@ -200,6 +200,28 @@ TEST(OnednnLanes, StagesTextRoundTripsAndOtherTextIsNone) {
     EXPECT_FALSE(parse_stages(bad).has_value()) << bad;
 }
 
+TEST(OnednnLanes, MemoKeepsEachConvAlgorithmApart) {
+  // The steps of a region depend on how its convs are built (a Winograd conv is one custom
+  // step, a blocked one adds reorders): a stage choice remembered for one assignment must
+  // not be recalled for another, or its step indices would name other steps.
+  testing::TempCacheDir cache_dir("lane-memo-test");
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
+  b.output(b.add1("Relu", {b.add1("Conv", {x, b.random_constant("w", {16, 16, 3, 3})},
+                                  {{"pads", attr_ints({1, 1, 1, 1})}})}));
+  const Graph g = b.finish();
+  const std::vector<std::vector<ConvAlgorithm>> assignments = {
+      {}, {ConvAlgorithm::kWinograd}, {ConvAlgorithm::kWinograd2x2}, {ConvAlgorithm::kBlocked}};
+  for (size_t i = 0; i < assignments.size(); ++i) {
+    std::unique_ptr<LaneMemo> memo = region_lane_memo(g, assignments[i], 2);
+    ASSERT_NE(memo, nullptr);
+    EXPECT_FALSE(memo->recall().has_value()) << "assignment " << i << " recalls another's";
+    memo->remember({{0, static_cast<size_t>(i + 1), {}}});
+    ASSERT_TRUE(region_lane_memo(g, assignments[i], 2)->recall().has_value()) << i;
+    EXPECT_EQ(region_lane_memo(g, assignments[i], 2)->recall()->front().end, i + 1) << i;
+  }
+}
+
 // A memo in memory: what it holds, and how often it was written.
 class HeldLaneMemo : public LaneMemo {
  public:

@@ -159,6 +159,28 @@ class ScopedEnv {
   std::optional<std::string> saved_;
 };
 
+// COLLAGE_CACHE_DIR pointed at an empty folder of the test's own for one scope, the folder
+// removed after (an ASSERT that ends the test early included): kernel and lane caches that
+// no other test or earlier run has filled.
+class TempCacheDir {
+ public:
+  explicit TempCacheDir(const std::string& tag)
+      : path_(std::filesystem::temp_directory_path() /
+              ("collage-" + tag + "-" + std::to_string(::getpid()))),
+        env_("COLLAGE_CACHE_DIR", (std::filesystem::remove_all(path_), path_.string())) {}
+  ~TempCacheDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempCacheDir(const TempCacheDir&) = delete;
+  TempCacheDir& operator=(const TempCacheDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  ScopedEnv env_;
+};
+
 // A cost-DB file of the test's own, absent before and removed after with its companions
 // (an ASSERT that ends the test early included).
 class TempCostDb {
