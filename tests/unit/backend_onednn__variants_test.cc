@@ -179,6 +179,30 @@ TEST(OnednnVariants, WinogradOfferedOnlyWhereOnednnTakesIt) {
     EXPECT_EQ(onednn_graph().region_variants(b.graph()), all_region) << "region with a 3x3 conv";
   }
   {
+    // Inception's factorized convs: 1x7, 7x1, 1x3, 3x1 stride 1 (collage's Winograd along one
+    // axis), onednn-graph only; not 1x5, not strided, not padded past the taps.
+    auto factorized = [](int64_t kh, int64_t kw, int64_t stride, int64_t pad) {
+      GraphBuilder b;
+      ValueId x = b.input("x", DType::kFloat32, {1, 16, 17, 17});
+      const int64_t ph = kh > 1 ? pad : 0, pw = kw > 1 ? pad : 0;
+      b.output(b.add1("Relu", {b.add1("Conv", {x, b.random_constant("w", {16, 16, kh, kw})},
+                                      {{"pads", attr_ints({ph, pw, ph, pw})},
+                                       {"strides", attr_ints({stride, stride})}})}));
+      return b;
+    };
+    for (auto [kh, kw] : {std::pair{1, 7}, std::pair{7, 1}, std::pair{1, 3}, std::pair{3, 1}}) {
+      GraphBuilder b = factorized(kh, kw, 1, std::max(kh, kw) / 2);
+      EXPECT_EQ(variants_of(onednn_graph(), b), both_tiles) << kh << "x" << kw;
+      EXPECT_EQ(variants_of(onednn(), b), plain) << kh << "x" << kw << " op-level";
+    }
+    for (auto [kh, kw, stride, pad] :
+         {std::tuple{1, 5, 1, 2}, std::tuple{1, 7, 2, 3}, std::tuple{7, 1, 1, 7}}) {
+      GraphBuilder b = factorized(kh, kw, stride, pad);
+      EXPECT_EQ(variants_of(onednn_graph(), b), plain)
+          << kh << "x" << kw << " stride " << stride << " pad " << pad;
+    }
+  }
+  {
     // Both tiles before a residual Add too (collage's Winograd adds it).
     GraphBuilder residual;
     ValueId rx = residual.input("x", DType::kFloat32, {1, 16, 8, 8});
@@ -788,6 +812,46 @@ TEST(OnednnVariants, WinogradF23RandomizedLikeReference) {
   // the direct conv does; a transform that was F(4x4)'s, or a tile side of 4, fails.
   expect_winograd_randomized_like_reference(onednn_graph(), "winograd2x2", onednn::kWinogradF23Step,
                                             31, 2e-5);
+}
+
+TEST(OnednnVariants, WinogradFactorizedConvsRandomizedLikeReference) {
+  // Inception's 1x7 / 7x1 (F(4, 7) and F(2, 7) along one axis) and 1x3 / 3x1 convs: channels
+  // off the 16-lane blocks, sizes off the tiles, pads 0 .. taps - 1 on either side of the
+  // filtered axis, an activation or a residual Add: one Winograd step of the variant's tile,
+  // the reference's outputs, and F(4, 7)'s float32 rounding (points up to +-2) under 1e-4
+  // of the output's scale. A wrong transform row, axis or pad fails here.
+  std::mt19937 rng(47);
+  for (auto [kh, kw] : {std::pair{1, 7}, std::pair{7, 1}, std::pair{1, 3}, std::pair{3, 1}}) {
+    for (int trial = 0; trial < 4; ++trial) {
+      const int64_t taps = std::max(kh, kw), c = pick(rng, 1, 40), m = pick(rng, 1, 40),
+                    n = pick(rng, 1, 2), h = pick(rng, kh, 19), w = pick(rng, kw, 19);
+      std::vector<int64_t> pads = {0, 0, 0, 0};
+      const int axis = kh > 1 ? 0 : 1;
+      pads[axis] = pick(rng, 0, taps - 1);
+      pads[axis + 2] = pick(rng, 0, taps - 1);
+      GraphBuilder b;
+      ValueId x = b.input("x", DType::kFloat32, {n, c, h, w});
+      ValueId y = b.add1(
+          "Conv", {x, b.random_constant("w", {m, c, kh, kw}, 0.3f), b.random_constant("b", {m})},
+          {{"pads", attr_ints(pads)}});
+      const bool residual = trial % 2 == 1;
+      if (residual)
+        y = b.add1(
+            "Add",
+            {y, b.input("r", DType::kFloat32,
+                        {n, m, h + pads[0] + pads[2] - kh + 1, w + pads[1] + pads[3] - kw + 1})});
+      b.output(b.add1("Relu", {y}));
+      for (auto [variant, step] : {std::pair{"winograd", onednn::kWinogradF43Step},
+                                   std::pair{"winograd2x2", onednn::kWinogradF23Step}}) {
+        const std::string what =
+            fmt::format("{} {}x{}: n{} c{} m{} {}x{} pads {},{},{},{}{}", variant, kh, kw, n, c, m,
+                        h, w, pads[0], pads[1], pads[2], pads[3], residual ? " + residual" : "");
+        EXPECT_EQ(compiled_steps(onednn_graph(), b.graph(), variant).count(step), 1) << what;
+        expect_like_reference(onednn_graph(), b.graph(), variant, what);
+        EXPECT_LT(scaled_error(run_variant(onednn_graph(), b.graph(), variant)), 1e-4) << what;
+      }
+    }
+  }
 }
 
 TEST(OnednnVariants, WinogradTilesComposedInOneRegionLikeReference) {

@@ -229,9 +229,10 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
   if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: conv input is not a kernel input");
   const bool winograd =
       algorithm == ConvAlgorithm::kWinograd || algorithm == ConvAlgorithm::kWinograd2x2;
-  if (winograd && !winograd_candidate(sub, node))
+  if (winograd && !winograd_conv_shape(sub, node))
     fail(ErrorKind::kUnsupported,
-         "onednn: Winograd needs a 2-D 3x3 stride-1 undilated single-group Conv with pads <= 1");
+         "onednn: Winograd needs a 2-D 3x3, 1x3, 3x1, 1x7 or 7x1 stride-1 undilated single-group "
+         "Conv with pads under its taps (3x3: at most 1)");
 
   std::vector<bool> covered(sub.num_nodes(), false);
   covered[0] = true;
@@ -257,10 +258,15 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
   // its own tile).
   if (winograd && winograd_conv_takes(tail.ops, ys)) {
     emit_winograd_conv(
-        algorithm == ConvAlgorithm::kWinograd2x2 ? WinogradTile::k2x2 : WinogradTile::k4x4, sub,
-        node, bias, tail.ops, geo.pad_l[0], geo.pad_l[1], tail.out, values);
+        algorithm == ConvAlgorithm::kWinograd2x2 ? WinogradTile::k2 : WinogradTile::k4, sub, node,
+        bias, tail.ops, geo.pad_l[0], geo.pad_l[1], tail.out, values);
     return;
   }
+  if (winograd && !winograd_candidate(sub, node))
+    fail(ErrorKind::kUnsupported,
+         "onednn: a {}x{} Winograd conv whose tail collage's Winograd does not take (oneDNN's "
+         "takes 3x3 only)",
+         ws[2], ws[3]);
   const dnnl::memory::desc w_view = weights_view(ws, group, transposed);
   const dnnl::memory::desc src_md = any_md(to_dims(xs)), dst_md = any_md(to_dims(ys));
   const dnnl::memory::desc w_md = any_md(w_view.dims());

@@ -9,6 +9,7 @@
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/region_kernel.h"
+#include "backends/onednn/winograd_conv.h"
 #include "collage/backend.h"
 
 namespace collage::onednn {
@@ -144,7 +145,7 @@ class OnednnGraphBackend : public Backend {
   // given.
   std::vector<std::string> variants(const Graph& subgraph) const override {
     std::vector<std::string> out = {""};
-    if (any_node(subgraph, winograd_candidate)) {
+    if (any_node(subgraph, winograd_conv_shape)) {
       out.push_back(kWinograd);
       out.push_back(kWinograd2x2);
     }
@@ -191,9 +192,9 @@ class OnednnGraphBackend : public Backend {
     std::vector<ConvAlgorithm> out(region.num_nodes(), ConvAlgorithm::kDirect);
     auto mark = [&](size_t n, const std::string& part) {
       const Node& node = region.node(static_cast<NodeId>(n));
-      if (part == kWinograd && winograd_candidate(region, node))
+      if (part == kWinograd && winograd_conv_shape(region, node))
         out[n] = ConvAlgorithm::kWinograd;
-      else if (part == kWinograd2x2 && winograd_candidate(region, node))
+      else if (part == kWinograd2x2 && winograd_conv_shape(region, node))
         out[n] = ConvAlgorithm::kWinograd2x2;
       else if (part == kBlocked && blocked_candidate(region, node))
         out[n] = ConvAlgorithm::kBlocked;
