@@ -137,18 +137,19 @@ class OnednnGraphBackend : public Backend {
         {"onednn_units", "a LayerNorm decomposition or a head with its GELU, whole", whole_units}};
   }
 
-  // "winograd" / "winograd2x2": every Conv of the region that Winograd takes uses it, with
-  // 4x4 / 2x2 output tiles (winograd_conv.h: fewer multiplies against more weight bytes; which
-  // pays depends on the image size and on whether the weights stay in cache, so both are
-  // measured). Regions the graph-level search assembles get a composed variant instead
-  // ("winograd@I,J;blocked@K,...": those nodes only), from the variants their groups were
-  // given.
+  // "winograd" / "winograd2x2": every Conv of the region that Winograd takes uses it, with 4 /
+  // 2 outputs per tile side (winograd_conv.h: fewer multiplies against more weight bytes;
+  // which pays on a 3x3 conv depends on the image size and on whether the weights stay in
+  // cache, so both are measured). "winograd2x2" is offered where a 3x3 conv is: on Inception's
+  // 1x7 / 7x1 convs F(2, 7) ran 1.11x slower than F(4, 7) in every round, and measuring it
+  // there took its cold tune from 3660 to 3929 measurements (docs/DESIGN.md, "Winograd along
+  // one axis"); a region that has both builds its 1-D convs with 2 outputs too. Regions the
+  // graph-level search assembles get a composed variant instead ("winograd@I,J;blocked@K,...":
+  // those nodes only), from the variants their groups were given.
   std::vector<std::string> variants(const Graph& subgraph) const override {
     std::vector<std::string> out = {""};
-    if (any_node(subgraph, winograd_conv_shape)) {
-      out.push_back(kWinograd);
-      out.push_back(kWinograd2x2);
-    }
+    if (any_node(subgraph, winograd_conv_shape)) out.push_back(kWinograd);
+    if (any_node(subgraph, winograd_candidate)) out.push_back(kWinograd2x2);
     return out;
   }
 

@@ -638,8 +638,9 @@ void emit_winograd_conv(WinogradTile tile, const Graph& g, const Node& conv,
       home && channels_last(*home))
     dst_md = *home;
   const dnnl::memory src = values.read(x, src_md);
-  // The residual read before the destination is chosen, so that its buffer is not reused
-  // for the output while the step still reads it.
+  // The residual, channels-last like the input, bound as an input of the step. Were the
+  // output given its buffer, the result would still be right: each work item reads a residual
+  // element just before it writes the output element at the same place.
   std::optional<dnnl::memory> res;
   if (residual != kNoValue) res = values.read(residual, channels_last_as_it_is(residual, ys));
   const dnnl::memory dst = values.destination(out, dst_md);
