@@ -2,9 +2,10 @@
 // to the layout the primitive prefers (blocked, format_tag::any); activations are
 // reordered only where they are not already in the layout the primitive prefers. A Conv is
 // built with the direct algorithm or, as the "winograd" / "winograd2x2" variants, with fewer
-// multiplies for 3x3 stride-1 kernels: collage's channels-last F(4x4, 3x3) / F(2x2, 3x3) where
-// its tail is activations (winograd_conv.h), else oneDNN's Winograd convolution; or, as
-// onednn-graph's "blocked" variant, direct with a channel-blocked (nChw16c) output.
+// multiplies for stride-1 3x3 (and in regions 1x3, 3x1, 1x7, 7x1) kernels: collage's
+// channels-last Winograd where it takes the tail (activations, a residual Add;
+// winograd_conv.h), else oneDNN's Winograd convolution (3x3); or, as onednn-graph's "blocked"
+// variant, direct with a channel-blocked (nChw16c) output.
 #include <algorithm>
 #include <numeric>
 

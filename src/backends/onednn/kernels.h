@@ -24,8 +24,8 @@ std::unique_ptr<Kernel> compile_group(const Graph& subgraph, Emitter emit);
 
 // Conv / ConvTranspose (1-3 spatial dims, groups, bias) + tail.  conv_kernel.cc
 // The algorithm of a Conv: direct (oneDNN's default, its layouts its choice: channels-last
-// brgconv on AVX-512), Winograd F(4x4, 3x3) (the "winograd" variant) or F(2x2, 3x3)
-// ("winograd2x2"), or direct on channel-blocked
+// brgconv on AVX-512), Winograd with 4 outputs per tile side (the "winograd" variant: F(4x4,
+// 3x3), F(1x4, 1x7), ...) or 2 ("winograd2x2"; winograd_conv.h), or direct on channel-blocked
 // activations (the "blocked" variant: the output nChw16c, the input read in the activation
 // layout it has; oneDNN's jit kernels, and the one-pass 1x1 + depthwise kernel; measured in
 // docs/DESIGN.md "Variants").
