@@ -1,13 +1,14 @@
-// Winograd convolution F(m x m, 3x3) in channels-last layout, m = 4 or 2 (winograd_conv.h
-// says why and when each).
+// Winograd convolution in channels-last layout (winograd_conv.h says why and when): a tile of
+// FH x FW outputs from 1-D transforms F(m, r) per axis, m = 4 or 2 outputs, r = 3 or 7 taps
+// (Unit for a 1-tap axis: 1x7, 7x1, 1x3, 3x1 convs).
 //
-// For each m x m output tile, the t x t input tile d (t = m + 2; zero outside the input)
-// becomes V = B^T d B, the weights g become U = G g G^T once at compile time, and the tile's
-// output is A^T (sum over input channels of U * V) A: per element (i, j) of the t x t
-// transformed tile, a matrix product [tiles x C] x [C x K], all t^2 of them one batched
-// oneDNN matmul. The matrices are Lavin and Gray's (arXiv:1509.09308): points 0, +-1, +-2 for
-// F(4x4, 3x3), 0, +-1 for F(2x2, 3x3). Both transforms run over blocks of 16 channels, which
-// are contiguous in channels-last: each operation below is one vector instruction per block.
+// For each output tile, the input tile d (zero outside the input) becomes V = B_h^T d B_w,
+// the weights g become U = G_h g G_w^T once at compile time, and the tile's output is
+// A_h^T (sum over input channels of U * V) A_w: per point (i, j) of the transformed tile, a
+// matrix product [tiles x C] x [C x K], all of them one batched oneDNN matmul. F(4, 3) and
+// F(2, 3) are Lavin and Gray's (arXiv:1509.09308), F(4, 7) and F(2, 7) from
+// scripts/winograd_transforms.py. Both transforms run over blocks of 16 channels, which are
+// contiguous in channels-last: each operation below is one vector instruction per block.
 #include "backends/onednn/winograd_conv.h"
 
 #include <omp.h>
@@ -51,7 +52,8 @@ dnnl::memory::desc dense_channels_last(const Shape& shape) {
 }
 
 struct Geometry {
-  int64_t n, c, k, h, w, oh, ow, pad_t, pad_l, th, tw;
+  int64_t n, c, k, h, w, oh, ow, pad_t, pad_l;
+  int64_t th = 0, tw = 0;  // tiles per column and row: set for the tile (add_winograd_step)
   int64_t tiles() const { return n * th * tw; }
 };
 
@@ -612,9 +614,7 @@ void emit_winograd_conv(WinogradTile tile, const Graph& g, const Node& conv,
                      .oh = ys[2],
                      .ow = ys[3],
                      .pad_t = pad_t,
-                     .pad_l = pad_l,
-                     .th = 0,
-                     .tw = 0};
+                     .pad_l = pad_l};
   std::vector<TailOp> tail;
   ValueId residual = kNoValue;
   for (const PostOp& op : ops) {
