@@ -134,17 +134,27 @@ TEST(Tune, ThePredictionTakesConfirmedCostsNotTheSamplesTheChoiceWasMadeBy) {
   // single-backend plan won).
   EXPECT_GE(count("backend = 'confirmation' AND ok = 1"),
             static_cast<int>(first.plan.groups.size()));
+  auto exec = [&](const std::string& statement) {
+    ASSERT_EQ(sqlite3_exec(sql, statement.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+        << statement;
+  };
+  // From here on the arithmetic is the test's, not the machine's: each confirmation set to
+  // its kernel's first sample (a confirmation's key is the sample's plus "\nconfirmation"),
+  // the third samples dropped, and `first` re-read from that DB. Real samples on a loaded
+  // machine disagree past 2x now and then (a clean-clone `make test` of 2026-11-29, another
+  // test holding the cores: a third sample in the cold tune failed every count below).
+  const char* thirds = "backend = 'confirmation' AND subgraph LIKE '%confirmation 2%'";
+  exec(std::string("DELETE FROM costs WHERE ") + thirds);
+  exec(
+      "UPDATE costs SET cost_ms = (SELECT s.cost_ms FROM costs s WHERE s.key || char(10) || "
+      "'confirmation' = costs.key) WHERE backend = 'confirmation' AND ok = 1");
+  first = tune(g, options);
+  EXPECT_EQ(first.measured, 0u);
   // Every kernel's first sample 1.5x too low, and the overheads with them (so that the
   // search, seeing the same ratios, makes the same choice).
   const char* samples = "backend NOT IN ('confirmation', 'plan', 'plan-side-by-side') AND ok = 1";
   ASSERT_GT(count(samples), 0);
-  auto scale_samples = [&](const char* factor) {
-    const std::string update =
-        std::string("UPDATE costs SET cost_ms = cost_ms / ") + factor + " WHERE " + samples;
-    ASSERT_EQ(sqlite3_exec(sql, update.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
-  };
-  scale_samples("1.5");
-  const char* thirds = "backend = 'confirmation' AND subgraph LIKE '%confirmation 2%'";
+  exec(std::string("UPDATE costs SET cost_ms = cost_ms / 1.5 WHERE ") + samples);
   EXPECT_EQ(count(thirds), 0);
 
   TuneResult second = tune(g, options);
@@ -165,9 +175,7 @@ TEST(Tune, ThePredictionTakesConfirmedCostsNotTheSamplesTheChoiceWasMadeBy) {
   // out at 1000x or more (its OpenMP team waiting for a descheduled thread; a clean-clone
   // `make test` of 2026-11-27), so the outlier is far beyond what a loaded machine makes and
   // the bound sits between them.
-  const std::string spoil_confirmations =
-      "UPDATE costs SET cost_ms = cost_ms * 1e6 WHERE backend = 'confirmation' AND ok = 1";
-  ASSERT_EQ(sqlite3_exec(sql, spoil_confirmations.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  exec("UPDATE costs SET cost_ms = cost_ms * 1e6 WHERE backend = 'confirmation' AND ok = 1");
   TuneResult third = tune(g, options);
   EXPECT_EQ(third.winner, first.winner);
   EXPECT_GE(count(thirds), 1);
