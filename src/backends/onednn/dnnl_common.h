@@ -205,7 +205,9 @@ class Program {
   std::optional<std::vector<StepAccess>> step_accesses() const;
   // Per step: computes the same on one thread of a team as alone (checked by running it).
   std::vector<bool> narrow_safe_steps(int threads);
-  std::vector<StepCost> measure_step_costs(int threads);
+  // Each step's median over `runs` timed passes on every thread and on one (after one untimed
+  // pass of the program).
+  std::vector<StepCost> measure_step_costs(int threads, int runs);
   double team_start_ms(int threads);
   // The concurrent stages measured faster than their steps one by one; the rest sequential.
   struct MeasuredStages {
@@ -216,7 +218,7 @@ class Program {
   MeasuredStages stages_measured_faster();
   void report_lanes(const std::vector<std::vector<size_t>>& preds,
                     const std::vector<StepCost>& costs, int threads, double overhead_ms,
-                    const LanePlan& plan, const MeasuredStages& kept) const;
+                    const LanePlan& plan, bool measured_fully, const MeasuredStages& kept) const;
   void choose_lanes(Lanes lanes, LaneMemo* memo);
   void apply_lanes(const std::vector<LaneStage>& stages,
                    const std::vector<std::vector<size_t>>& preds);

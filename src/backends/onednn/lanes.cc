@@ -121,6 +121,11 @@ class StageSimulation {
 
 }  // namespace
 
+bool lanes_worth_confirming(const LanePlan& first_look) {
+  return first_look.concurrent_stages() > 0 && first_look.sequential_ms - first_look.predicted_ms >=
+                                                   kMinLaneSaving * first_look.sequential_ms;
+}
+
 LanePlan plan_lanes(const std::vector<std::vector<size_t>>& preds,
                     const std::vector<StepCost>& costs, int lanes, double stage_overhead_ms,
                     size_t max_stage_steps) {

@@ -65,6 +65,17 @@ LanePlan plan_lanes(const std::vector<std::vector<size_t>>& preds,
                     const std::vector<StepCost>& costs, int lanes, double stage_overhead_ms,
                     size_t max_stage_steps = 256);
 
+// Whether a plan made from a first look at the steps' costs (one timed pass each way)
+// promises enough to measure them fully and time its stages whole: a concurrent stage and a
+// predicted saving of at least kMinLaneSaving of the sequential time. Why (GoogLeNet's cold
+// tune under onednn-graph alone, 2 threads, COLLAGE_ONEDNN_LANES=verbose): 335 of its 1236
+// region compiles had steps that could overlap, choosing for them (~25 runs of the region
+// each) took 21 of the tune's 71 s, and the 47 regions that kept a stage saved a median
+// 0.9 % of their time. With the first look: 85 of 340 measured fully, the compiles 23.9 ->
+// 13.6 s (docs/DESIGN.md).
+inline constexpr double kMinLaneSaving = 0.01;
+bool lanes_worth_confirming(const LanePlan& first_look);
+
 // Whether `stages` can run a program of `num_steps` steps on `lanes` threads: they cover the
 // steps in order; a concurrent stage has 2 to `lanes` lanes that list each of its steps once,
 // in program order, and no step that is not `narrow_safe` (per step). Such a cover runs

@@ -71,6 +71,9 @@ Program::Lanes lanes_from_environment(Program::Lanes requested) {
 // Runs and timings at compile time: enough for a median, few enough that a region's compile
 // stays a small part of its measurement by the tuner.
 constexpr int kTimedRuns = 5;
+// The first look at the steps' costs, which decides whether to take the rest
+// (lanes_worth_confirming).
+constexpr int kFirstLookRuns = 1;
 
 }  // namespace
 
@@ -197,12 +200,12 @@ std::vector<bool> Program::narrow_safe_steps(int threads) {
   return safe;
 }
 
-std::vector<StepCost> Program::measure_step_costs(int threads) {
+std::vector<StepCost> Program::measure_step_costs(int threads, int runs) {
   // Each step on every thread, and on one thread of a team whose other threads idle at its
   // end (as a lane's partner may).
   run_steps(0, steps_.size());  // warm-up: JIT state, pages, caches
   std::vector<std::vector<double>> wide(steps_.size()), narrow(steps_.size());
-  for (int r = 0; r < kTimedRuns; ++r) {
+  for (int r = 0; r < runs; ++r) {
     for (size_t s = 0; s < steps_.size(); ++s) {
       const auto t0 = Clock::now();
       check(execute(s, stream_));
@@ -273,7 +276,8 @@ Program::MeasuredStages Program::stages_measured_faster() {
 
 void Program::report_lanes(const std::vector<std::vector<size_t>>& preds,
                            const std::vector<StepCost>& costs, int threads, double overhead_ms,
-                           const LanePlan& plan, const MeasuredStages& kept) const {
+                           const LanePlan& plan, bool measured_fully,
+                           const MeasuredStages& kept) const {
   // At best each step takes its wide time of all threads, or its narrow time of one of
   // them: no schedule of these costs beats the sum of the smaller shares (an area bound).
   double narrow = 0, bound = 0;
@@ -300,11 +304,12 @@ void Program::report_lanes(const std::vector<std::vector<size_t>>& preds,
   fmt::print(stderr,
              "onednn lanes: {} steps ({} not safe on one thread of a team); one after another "
              "{:.3f} ms, each on one thread {:.3f} ms, bound {:.3f} ms (x{:.2f}); on {} lanes "
-             "planned {} stages, predicted {:.3f} ms; kept {}, measured {:.3f} ms faster; "
+             "planned {} stages, predicted {:.3f} ms{}; kept {}, measured {:.3f} ms faster; "
              "simulated{}{}\n",
              costs.size(), unsafe, plan.sequential_ms, narrow, bound,
              bound > 0 ? plan.sequential_ms / bound : 0, threads, plan.concurrent_stages(),
-             plan.predicted_ms, kept.concurrent, kept.saved_ms, beyond.empty() ? " -" : "", beyond);
+             plan.predicted_ms, measured_fully ? "" : " (first look: not worth confirming)",
+             kept.concurrent, kept.saved_ms, beyond.empty() ? " -" : "", beyond);
 }
 
 void Program::choose_lanes(Lanes requested, LaneMemo* memo) {
@@ -343,12 +348,19 @@ void Program::choose_lanes(Lanes requested, LaneMemo* memo) {
     if (plan.concurrent_stages() > 0) apply_lanes(plan.stages, preds);
     return;
   }
-  std::vector<StepCost> costs = measure_step_costs(threads);
-  for (size_t s = 0; s < steps_.size(); ++s) costs[s].narrow_safe = safe[s];
   const double overhead_ms = team_start_ms(threads);
-  const LanePlan plan = plan_lanes(preds, costs, threads, overhead_ms);
+  auto plan_from_costs = [&](int runs, std::vector<StepCost>& costs) {
+    costs = measure_step_costs(threads, runs);
+    for (size_t s = 0; s < steps_.size(); ++s) costs[s].narrow_safe = safe[s];
+    return plan_lanes(preds, costs, threads, overhead_ms);
+  };
+  // A first look, then the full measurement only where it promises a saving worth it.
+  std::vector<StepCost> costs;
+  LanePlan plan = plan_from_costs(kFirstLookRuns, costs);
+  const bool promising = lanes_worth_confirming(plan);
+  if (promising) plan = plan_from_costs(kTimedRuns, costs);
   MeasuredStages kept;
-  if (plan.concurrent_stages() > 0) {
+  if (promising && plan.concurrent_stages() > 0) {
     apply_lanes(plan.stages, preds);
     // The costs were measured one step at a time: each stage is kept only where, run
     // whole, it is faster than its steps one after another.
@@ -360,7 +372,8 @@ void Program::choose_lanes(Lanes requested, LaneMemo* memo) {
       apply_lanes(kept.stages, preds);
   }
   if (memo) memo->remember(kept.concurrent ? kept.stages : std::vector<LaneStage>{});
-  if (mode == Lanes::kVerbose) report_lanes(preds, costs, threads, overhead_ms, plan, kept);
+  if (mode == Lanes::kVerbose)
+    report_lanes(preds, costs, threads, overhead_ms, plan, promising, kept);
 }
 
 void Program::apply_lanes(const std::vector<LaneStage>& stages,
