@@ -1,7 +1,8 @@
 // The stage choice of a region's program kept on disk (lanes.h, LaneMemo), so that every
 // compile of one region on one machine runs its steps the same way: the tuner's measurement
-// of the region, its final timing, and every `collage run` of the plan. Choosing costs ~25
-// runs of the region per compile, too, which a recalled choice skips.
+// of the region, its final timing, and every `collage run` of the plan. Choosing costs up to
+// ~25 runs of the region per compile (~4 where the first look finds nothing worth more), too,
+// which a recalled choice skips.
 //
 // One small file per region under $COLLAGE_CACHE_DIR/onednn-lanes (util/kernel_cache_dir.h),
 // named by a hash of everything the program and its timing depend on: the region's canonical
