@@ -205,9 +205,13 @@ class Program {
   std::optional<std::vector<StepAccess>> step_accesses() const;
   // Per step: computes the same on one thread of a team as alone (checked by running it).
   std::vector<bool> narrow_safe_steps(int threads);
-  // Each step's median over `runs` timed passes on every thread and on one (after one untimed
-  // pass of the program).
-  std::vector<StepCost> measure_step_costs(int threads, int runs);
+  // Per step, its timed passes so far on every thread and on one.
+  struct StepTimes {
+    std::vector<std::vector<double>> wide, narrow;
+  };
+  // Adds `runs` timed passes to `times` (after one untimed pass of the program when `times`
+  // has none) and returns each step's medians over all of them.
+  std::vector<StepCost> measure_step_costs(int threads, int runs, StepTimes& times);
   double team_start_ms(int threads);
   // The concurrent stages measured faster than their steps one by one; the rest sequential.
   struct MeasuredStages {

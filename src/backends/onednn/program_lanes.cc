@@ -71,8 +71,7 @@ Program::Lanes lanes_from_environment(Program::Lanes requested) {
 // Runs and timings at compile time: enough for a median, few enough that a region's compile
 // stays a small part of its measurement by the tuner.
 constexpr int kTimedRuns = 5;
-// The first look at the steps' costs, which decides whether to take the rest
-// (lanes_worth_confirming).
+// The first of them, which decides whether to take the rest (lanes_worth_confirming).
 constexpr int kFirstLookRuns = 1;
 
 }  // namespace
@@ -200,11 +199,15 @@ std::vector<bool> Program::narrow_safe_steps(int threads) {
   return safe;
 }
 
-std::vector<StepCost> Program::measure_step_costs(int threads, int runs) {
+std::vector<StepCost> Program::measure_step_costs(int threads, int runs, StepTimes& times) {
   // Each step on every thread, and on one thread of a team whose other threads idle at its
   // end (as a lane's partner may).
-  run_steps(0, steps_.size());  // warm-up: JIT state, pages, caches
-  std::vector<std::vector<double>> wide(steps_.size()), narrow(steps_.size());
+  std::vector<std::vector<double>>&wide = times.wide, &narrow = times.narrow;
+  if (wide.empty()) {
+    run_steps(0, steps_.size());  // warm-up: JIT state, pages, caches
+    wide.resize(steps_.size());
+    narrow.resize(steps_.size());
+  }
   for (int r = 0; r < runs; ++r) {
     for (size_t s = 0; s < steps_.size(); ++s) {
       const auto t0 = Clock::now();
@@ -349,16 +352,17 @@ void Program::choose_lanes(Lanes requested, LaneMemo* memo) {
     return;
   }
   const double overhead_ms = team_start_ms(threads);
-  auto plan_from_costs = [&](int runs, std::vector<StepCost>& costs) {
-    costs = measure_step_costs(threads, runs);
+  StepTimes times;
+  std::vector<StepCost> costs;
+  auto plan_after = [&](int runs) {
+    costs = measure_step_costs(threads, runs, times);
     for (size_t s = 0; s < steps_.size(); ++s) costs[s].narrow_safe = safe[s];
     return plan_lanes(preds, costs, threads, overhead_ms);
   };
-  // A first look, then the full measurement only where it promises a saving worth it.
-  std::vector<StepCost> costs;
-  LanePlan plan = plan_from_costs(kFirstLookRuns, costs);
+  // A first look, then the rest of the passes only where it promises a saving worth it.
+  LanePlan plan = plan_after(kFirstLookRuns);
   const bool promising = lanes_worth_confirming(plan);
-  if (promising) plan = plan_from_costs(kTimedRuns, costs);
+  if (promising) plan = plan_after(kTimedRuns - kFirstLookRuns);
   MeasuredStages kept;
   if (promising && plan.concurrent_stages() > 0) {
     apply_lanes(plan.stages, preds);
