@@ -301,9 +301,12 @@ double MeasuredCosts::confirmed_cost_ms(const Candidate& candidate) {
   const double first_ms = cost_ms(candidate);
   if (!std::isfinite(first_ms)) return confirmed_memo_[memo] = first_ms;
   const KernelJob job = kernel_job(model_, candidate, machine_, measurer_.options().evict_bytes);
+  // A recheck, where one was taken, is the newest sample (recheck_cost_ms).
+  if (std::optional<CostRecord> recheck = db_.find(sample_key(job, "recheck").key);
+      recheck && recheck->ok)
+    return confirmed_memo_[memo] = recheck->milliseconds;
   auto sample = [&](const std::string& mark) {
-    const RecordKey key{job.key.key + "\n" + mark, job.key.text + mark + "\n"};
-    return find_or_measure(db_, key, kConfirmationRecord, job.hardware,
+    return find_or_measure(db_, sample_key(job, mark), kConfirmationRecord, job.hardware,
                            [&] { return measurer_.measure_now(job, candidate); });
   };
   const CostRecord second = sample("confirmation");
@@ -322,6 +325,29 @@ double MeasuredCosts::confirmed_cost_ms(const Candidate& candidate) {
   const CostRecord third = sample("confirmation 2");
   if (!third.ok) return confirmed_memo_[memo] = second.milliseconds;
   return confirmed_memo_[memo] = std::clamp(third.milliseconds, low, high);
+}
+
+double MeasuredCosts::recheck_cost_ms(const Candidate& candidate) {
+  const double confirmed = confirmed_cost_ms(candidate);
+  if (!std::isfinite(confirmed)) return confirmed;
+  const KernelJob job = kernel_job(model_, candidate, machine_, measurer_.options().evict_bytes);
+  const CostRecord recheck =
+      find_or_measure(db_, sample_key(job, "recheck"), kConfirmationRecord, job.hardware,
+                      [&] { return measurer_.measure_now(job, candidate); });
+  // A kernel that fails now keeps its confirmed cost, as a failed confirmation does.
+  if (!recheck.ok) return confirmed;
+  const MemoKey memo{candidate.backend, candidate.variant, candidate.threads, candidate.nodes};
+  return confirmed_memo_[memo] = recheck.milliseconds;
+}
+
+RecordKey MeasuredCosts::sample_key(const KernelJob& job, const std::string& mark) {
+  return {job.key.key + "\n" + mark, job.key.text + mark + "\n"};
+}
+
+bool prediction_contradicted(double predicted_ms, double measured_ms) {
+  if (!std::isfinite(predicted_ms) || !std::isfinite(measured_ms) || measured_ms <= 0) return false;
+  const double gap = std::abs(predicted_ms - measured_ms);
+  return gap > kRecheckShare * measured_ms && gap > kRecheckMinGapMs;
 }
 
 double MeasuredCosts::step_overhead_ms() {

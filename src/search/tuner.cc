@@ -273,6 +273,13 @@ class Tuner {
     }
   }
 
+  void recheck_costs(const Placement& placement) {
+    for (size_t i = 0; i < placement.size(); ++i) {
+      report("rechecking", i, placement.size(), -1, placement[i].backend->name());
+      costs_.recheck_cost_ms(placement[i]);
+    }
+  }
+
   // The never-worse rule: the tuned plan is timed side by side with every single-backend plan
   // (each backend's maximal placement, what a user of that library alone gets) and the fastest
   // is written.
@@ -457,6 +464,21 @@ class Tuner {
       confirm_costs(best->placement);
       best->timing.predicted_ms = predict_sequential_ms(confirmed_, best->placement) +
                                   predict_copies_ms(graph_, best->placement, confirmed_);
+    }
+    // A prediction its own plan's time contradicts: its kernels sampled once more
+    // (MeasuredCosts::recheck_cost_ms). Sequential plans only: a concurrent schedule's
+    // prediction is the schedule's, made before.
+    if (std::isnan(best->predicted_ms) &&
+        prediction_contradicted(best->timing.predicted_ms, best->timing.measured_ms)) {
+      const double before = best->timing.predicted_ms;
+      recheck_costs(best->placement);
+      best->timing.predicted_ms = predict_sequential_ms(confirmed_, best->placement) +
+                                  predict_copies_ms(graph_, best->placement, confirmed_);
+      spdlog::info(
+          "the written plan's prediction {:.3f} ms was {:+.0f} % off its time side by "
+          "side ({:.3f} ms): {} kernel(s) sampled again, prediction now {:.3f} ms",
+          before, (before / best->timing.measured_ms - 1) * 100, best->timing.measured_ms,
+          best->placement.size(), best->timing.predicted_ms);
     }
     if (!best->executor)
       best->executor =
