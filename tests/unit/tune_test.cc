@@ -68,6 +68,16 @@ Graph small_cnn() {
   return b.finish();
 }
 
+// Two backends and the op-level search into `db`: a tune of small_cnn in about a second,
+// for the tests that rewrite its cost DB between tunes.
+TuneOptions quick_tune_options(const TempCostDb& db) {
+  TuneOptions options;
+  options.cost_db_path = db.path();
+  options.backends = {"onednn", "blas"};
+  options.optimizer = Optimizer::kOpLevel;
+  return options;
+}
+
 TEST(Tune, PlanCoversGraphRunsCorrectlyAndReusesCosts) {
   TempCostDb db("tune_test");
   Graph g = small_cnn();
@@ -137,10 +147,7 @@ TEST(Tune, PlanCoversGraphRunsCorrectlyAndReusesCosts) {
 TEST(Tune, ThePredictionTakesConfirmedCostsNotTheSamplesTheChoiceWasMadeBy) {
   TempCostDb db("tune_confirm");
   Graph g = small_cnn();
-  TuneOptions options;
-  options.cost_db_path = db.path();
-  options.backends = {"onednn", "blas"};
-  options.optimizer = Optimizer::kOpLevel;
+  const TuneOptions options = quick_tune_options(db);
   TuneResult first = tune(g, options);
   ASSERT_GT(first.plan.predicted_ms, 0);
   double groups_ms = 0;
@@ -212,10 +219,7 @@ TEST(Tune, ThePredictionTakesConfirmedCostsNotTheSamplesTheChoiceWasMadeBy) {
 TEST(Tune, APredictionItsPlansTimeContradictsIsSampledAgainOnce) {
   TempCostDb db("tune_recheck");
   Graph g = small_cnn();
-  TuneOptions options;
-  options.cost_db_path = db.path();
-  options.backends = {"onednn", "blas"};
-  options.optimizer = Optimizer::kOpLevel;
+  const TuneOptions options = quick_tune_options(db);
   const TuneResult first = tune(g, options);
   ASSERT_GT(first.plan.measured_ms, 0);
   CostDbSql sql(db.path());
