@@ -70,9 +70,10 @@ class MeasuredCosts : public CostModel {
   // here and in every later tune (kept in the cost DB beside the confirmation; taken once).
   // Why: the first sample and the confirmation are taken seconds apart, and both can fall
   // in a minute when this shared machine runs a kernel 1.5x slower than the next; the median
-  // of a third then keeps the outlier. bench/results/cnn of 2026-11-29: NASNet-A-Mobile's
-  // region sampled at 14.4 and 14.8 ms, timed at 9.2 in the same tune's comparison and 9.3
-  // in the bench (prediction +58 %), MobileNetV2's 7.3 and 5.8 against 4.8 (+47 %). The
+  // of a third then keeps the outlier. A cnn bench run of 2026-11-29 (docs/DESIGN.md,
+  // "Search"): NASNet-A-Mobile's region sampled at 14.4 and 14.8 ms, timed at 9.2 in the same
+  // tune's comparison and 9.3 in the bench (prediction +53 %; +58 % again when a warm re-run
+  // read those records), MobileNetV2's 7.3 and 5.8 against 4.8. The
   // newest sample, taken in the conditions the plan was just timed in, wins; where the plan's
   // time and its kernels' really differ (a cost the sum does not model), it agrees with the
   // old ones and the prediction stays off, as it should.
