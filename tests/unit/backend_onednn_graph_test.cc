@@ -640,6 +640,44 @@ TEST(OnednnGraphBackend, GeluAloneSoftmaxAndLayerNormOpInRegion) {
   expect_all_placed(attention.graph(), "matmul, softmax, matmul, LayerNormalization");
 }
 
+// A mask written out as Where of a constant condition (GPT-2's causal mask: Where(triangle,
+// scores, lowest), and the other order with a fill tensor broadcast along the rows), inside
+// one region with the attention around it, on random head counts and odd sequence lengths.
+TEST(OnednnGraphBackend, WhereOfAConstantMaskInRegion) {
+  std::mt19937 rng(29);
+  for (int trial = 0; trial < 4; ++trial) {
+    const int64_t heads = pick(rng, 1, 6), seq = pick(rng, 3, 21), d = pick(rng, 4, 17);
+    const bool keep_where_true = trial % 2 == 0;
+    GraphBuilder b;
+    ValueId q = b.input("q", DType::kFloat32, {1, heads, seq, d});
+    ValueId k = b.input("k", DType::kFloat32, {1, heads, d, seq});
+    ValueId scores =
+        b.add1("Div", {b.add1("MatMul", {q, k}),
+                       b.constant("scale", Tensor::scalar(std::sqrt(static_cast<float>(d))))});
+    Tensor causal(DType::kBool, {1, 1, seq, seq});
+    for (int64_t i = 0; i < seq; ++i)
+      for (int64_t j = 0; j < seq; ++j)
+        causal.data<bool>()[i * seq + j] = (j <= i) == keep_where_true;
+    ValueId fill = keep_where_true ? b.constant("lowest", Tensor::scalar(-3.4028234663852886e38f))
+                                   : b.random_constant("fill", {1, 1, 1, seq});
+    ValueId cond = b.constant("causal", std::move(causal));
+    ValueId masked = b.add1("Where", keep_where_true ? std::vector<ValueId>{cond, scores, fill}
+                                                     : std::vector<ValueId>{cond, fill, scores});
+    ValueId p = b.add1("Softmax", {masked}, {{"axis", attr_i(-1)}});
+    b.output(b.add1("MatMul", {p, b.input("v", DType::kFloat32, {1, heads, seq, d})}));
+    const std::string what = fmt::format("{} heads, {} tokens, head size {}, {}", heads, seq, d,
+                                         keep_where_true ? "scalar fill" : "fill tensor");
+    expect_like_reference(b.graph(), what);
+    expect_all_placed(b.graph(), what);
+  }
+  // A condition computed in the model is not a mask the region can expand at compile.
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 4, 5});
+  ValueId c = b.add1("Greater", {x, b.constant("zero", Tensor::scalar(0.0f))});
+  b.output(b.add1("Where", {c, x, b.constant("fill", Tensor::scalar(-1.0f))}));
+  EXPECT_FALSE(onednn::region_node(b.graph(), b.graph().node(1)));
+}
+
 // NASNet's branches each apply their own Relu (and pool) to one cell input: a region
 // computes each once.
 TEST(OnednnGraphBackend, RepeatedComputationsMergedInRegion) {

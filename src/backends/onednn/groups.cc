@@ -4,6 +4,7 @@
 
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/kernels.h"
+#include "backends/onednn/select_kernel.h"
 #include "backends/onednn/squeeze_excite.h"
 
 namespace collage::onednn {
@@ -176,6 +177,7 @@ void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algo
   if (t == "ReduceMean" && sub.num_nodes() > 1) return emit_norm(sub, values);
   if ((t == "Reshape" && sub.num_nodes() == 3) || layout_head(sub, first))
     return emit_layout(sub, values);
+  if (t == "Where") return emit_select(sub, values);
   if (t == "Conv" && conv_dw_group(sub)) return emit_conv_dw(sub, values, conv_algorithm);
   if (t == "Conv" || t == "ConvTranspose") return emit_conv(sub, values, conv_algorithm);
   if (const Family* f = family_of(t)) {

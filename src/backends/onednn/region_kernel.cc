@@ -17,6 +17,7 @@
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/lane_memo.h"
+#include "backends/onednn/select_kernel.h"
 #include "backends/onednn/squeeze_excite.h"
 
 namespace collage::onednn {
@@ -140,7 +141,7 @@ class RegionCompiler {
         return group;
       }
     }
-    if (is_view_op(node) || layout_head(region_, node)) return group;
+    if (is_view_op(node) || layout_head(region_, node) || node.op_type == "Where") return group;
     // Layer normalization and softmax take no post-ops (oneDNN 2.6).
     if (const Family* f = family_of(node.op_type); f && f->name == "norm") return group;
     ValueId cur = node.outputs[0];
@@ -359,6 +360,7 @@ bool region_node(const Graph& g, const Node& n) {
   if (t == "ReduceMean" && in_layer_norm(g, g.consumers(), g.value(n.outputs[0]).producer))
     return true;
   if (t == "Erf") return gelu_around_erf(g, g.consumers(), n).has_value();
+  if (t == "Where") return select_takes(g, n);
   if (t == "Conv" || t == "ConvTranspose") {
     const size_t rank = g.value(n.input(0)).shape.size();
     if (rank < 3 || rank > 5) return false;
