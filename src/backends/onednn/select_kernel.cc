@@ -3,7 +3,6 @@
 
 #include <omp.h>
 
-#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -36,12 +35,13 @@ size_t selected_input(const Graph& g, const Node& n) {
   return 0;
 }
 
-// `t`'s elements in `out`'s shape, broadcast as numpy does (the shapes broadcast: checked by
-// shape inference).
-template <typename T>
-std::vector<T> expanded(const Tensor& t, const Shape& out) {
+// `t`'s elements (of type T) in `out`'s shape as `To`, broadcast as numpy does (the shapes
+// broadcast: checked by shape inference). Never a std::vector<bool>: for_each_row fills big
+// outputs from several threads, and that vector's elements share bytes.
+template <typename T, typename To = T>
+std::vector<To> expanded(const Tensor& t, const Shape& out) {
   const BroadcastPlan plan = ops::elem::make_broadcast_plan(out, {t.shape()});
-  std::vector<T> values(static_cast<size_t>(plan.numel));
+  std::vector<To> values(static_cast<size_t>(plan.numel));
   const T* from = t.data<T>();
   ops::elem::for_each_row(
       plan, [&](int64_t base, const std::array<int64_t, kMaxOperands>& off, int64_t n) {
@@ -94,9 +94,10 @@ void emit_select(const Graph& sub, ValueMemories& values) {
   if (x == 0) fail(ErrorKind::kUnsupported, "onednn: Where of a non-constant condition or fill");
   const Shape& shape = sub.value(n.outputs[0]).shape;
   // Where(c, x, fill) keeps x where c holds; Where(c, fill, x) where it does not.
-  std::vector<unsigned char> keep;
-  for (bool c : expanded<bool>(sub.value(n.input(0)).constant, shape))
-    keep.push_back(c == (x == 1));
+  std::vector<unsigned char> keep =
+      expanded<bool, unsigned char>(sub.value(n.input(0)).constant, shape);
+  if (x == 2)
+    for (unsigned char& k : keep) k = !k;
   const Tensor& fill = sub.value(n.input(3 - x)).constant;
   std::vector<float> fills =
       fill.numel() == 1 ? std::vector<float>{fill.data<float>()[0]} : expanded<float>(fill, shape);
