@@ -273,6 +273,12 @@ class Tuner {
     }
   }
 
+  // A sequential placement's prediction from its kernels' confirmed costs and its copies.
+  double confirmed_prediction_ms(const Placement& placement) {
+    return predict_sequential_ms(confirmed_, placement) +
+           predict_copies_ms(graph_, placement, confirmed_);
+  }
+
   void recheck_costs(const Placement& placement) {
     for (size_t i = 0; i < placement.size(); ++i) {
       report("rechecking", i, placement.size(), -1, placement[i].backend->name());
@@ -462,8 +468,7 @@ class Tuner {
     if ((!is_tuned(best->name) || best->runner_up) && std::isnan(best->predicted_ms)) {
       // The written plan's prediction is always made of confirmed costs.
       confirm_costs(best->placement);
-      best->timing.predicted_ms = predict_sequential_ms(confirmed_, best->placement) +
-                                  predict_copies_ms(graph_, best->placement, confirmed_);
+      best->timing.predicted_ms = confirmed_prediction_ms(best->placement);
     }
     // A prediction its own plan's time contradicts: its kernels sampled once more
     // (MeasuredCosts::recheck_cost_ms). Sequential plans only: a concurrent schedule's
@@ -472,8 +477,7 @@ class Tuner {
         prediction_contradicted(best->timing.predicted_ms, best->timing.measured_ms)) {
       const double before = best->timing.predicted_ms;
       recheck_costs(best->placement);
-      best->timing.predicted_ms = predict_sequential_ms(confirmed_, best->placement) +
-                                  predict_copies_ms(graph_, best->placement, confirmed_);
+      best->timing.predicted_ms = confirmed_prediction_ms(best->placement);
       spdlog::info(
           "the written plan's prediction {:.3f} ms was {:+.0f} % off its time side by "
           "side ({:.3f} ms): {} kernel(s) sampled again, prediction now {:.3f} ms",
