@@ -178,6 +178,10 @@ def model_summary(model_dir):
     }
 
 
+def geomean(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
 def fmt_ms(v):
     if v is None:
         return "n/a"
@@ -297,7 +301,7 @@ def summarize(work, out_dir):
     # >= 1.25x), so the table says both rather than leaving the reader to multiply.
     vs_ort = [(r["model"], r["vs_ort"]) for r in rows if r["vs_ort"]]
     if vs_ort:
-        geo = math.exp(sum(math.log(x) for _, x in vs_ort) / len(vs_ort))
+        geo = geomean([x for _, x in vs_ort])
         behind = [f"{m} ({fmt_x(x)})" for m, x in vs_ort if x < 1.0]
         lines.append(f"Geomean vs ORT over the {len(vs_ort)} models with both timed: "
                      f"**{fmt_x(geo)}**; slower than ORT: {', '.join(behind) or 'none'}.")
@@ -499,7 +503,7 @@ def gpu_summarize(work, out_dir):
                                   + f" ({r['kernels']} kernels)")
         lines.append("")
         if ratios:
-            geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+            geo = geomean(ratios)
             lines.append(f"Geomean speed-up over the better of eager and torch.compile: "
                          f"**{geo:.2f}x** over {len(ratios)} models. Tuned plan slower than "
                          f"eager: {', '.join(slower_than_eager) or 'none'}.")
