@@ -54,14 +54,14 @@ bool write_all(int fd, const char* data, size_t n) {
 // abandon_above_ms (Measurer::time_kernel) only where there is one: a distributed job's
 // request, which never has one, reads the same to workers built before it.
 std::string encode_request(const std::string& model, const Candidate& c, const MeasureOptions& o,
-                           double abandon_above_ms) {
+                           size_t evict_bytes, double abandon_above_ms) {
   std::string abandon = abandon_above_ms < Measurer::kNeverAbandon
                             ? fmt::format("abandon_above_ms {:.17g}\n", abandon_above_ms)
                             : "";
   return fmt::format(
              "backend {}\nvariant {}\nthreads {}\nverify {}\nbudget_ms {}\nevict_bytes {}\n{}model "
              "{}\n",
-             c.backend->name(), c.variant, c.threads, o.verify ? 1 : 0, o.budget_ms, o.evict_bytes,
+             c.backend->name(), c.variant, c.threads, o.verify ? 1 : 0, o.budget_ms, evict_bytes,
              abandon, model.size()) +
          model;
 }
@@ -198,14 +198,15 @@ CostRecord IsolatedWorker::lost_worker(const std::string& why) {
   return r;
 }
 
-std::string measure_request(const Graph& subgraph, const Candidate& candidate,
+std::string measure_request(const KernelJob& job, const Candidate& candidate,
                             const MeasureOptions& options, double abandon_above_ms) {
-  return encode_request(model_to_bytes(subgraph), candidate, options, abandon_above_ms);
+  return encode_request(model_to_bytes(job.subgraph), candidate, options, job.evict_bytes,
+                        abandon_above_ms);
 }
 
-CostRecord IsolatedWorker::measure(const Graph& subgraph, const Candidate& candidate,
+CostRecord IsolatedWorker::measure(const KernelJob& job, const Candidate& candidate,
                                    const MeasureOptions& options, double abandon_above_ms) {
-  return measure(measure_request(subgraph, candidate, options, abandon_above_ms));
+  return measure(measure_request(job, candidate, options, abandon_above_ms));
 }
 
 CostRecord IsolatedWorker::measure(const std::string& request) {
@@ -250,7 +251,6 @@ int run_measure_worker() {
   int out = dup(1);
   dup2(2, 1);
   std::unique_ptr<Measurer> measurer;
-  size_t measurer_evict = 0;
   const Hardware machine = this_machine(0);
   while (true) {
     std::string backend, variant, threads, verify, budget, evict, abandon, size, line;
@@ -269,26 +269,24 @@ int run_measure_worker() {
       candidate.threads = std::stoi(threads);
       candidate.variant = variant;
       candidate.backend = &BackendRegistry::global().get(backend);
-      size_t e = std::stoull(evict);
-      if (!measurer || e != measurer_evict) {
-        MeasureOptions o;
-        o.verify = verify == "1";
-        o.budget_ms = std::stod(budget);
-        o.evict_bytes = e;
-        // Kept across requests: it caches reference outputs per subgraph.
+      MeasureOptions o;
+      o.verify = verify == "1";
+      o.budget_ms = std::stod(budget);
+      // Kept across requests: it caches reference outputs per subgraph, and its eviction
+      // buffer serves every eviction size up to the largest asked for.
+      if (!measurer || measurer->options().verify != o.verify ||
+          measurer->options().budget_ms != o.budget_ms)
         measurer = std::make_unique<Measurer>(nullptr, machine, o);
-        measurer_evict = e;
-      }
       LoadOptions lo;
       lo.optimize = false;  // measure the subgraph exactly as the tuner extracted it
       Graph g = load_model_from_bytes(bytes, "", lo);
       candidate.nodes.resize(g.num_nodes());
       for (size_t i = 0; i < candidate.nodes.size(); ++i)
         candidate.nodes[i] = static_cast<NodeId>(i);
-      CostRecord r = measurer
-                         ->measure(g, candidate,
-                                   abandon.empty() ? Measurer::kNeverAbandon : std::stod(abandon))
-                         .record;
+      // The tuner chose the eviction from the whole model, which this subgraph is a part of.
+      const KernelJob job = kernel_job(g, candidate, machine, std::stoull(evict));
+      CostRecord r = measurer->measure_now(
+          job, candidate, abandon.empty() ? Measurer::kNeverAbandon : std::stod(abandon));
       answer =
           r.ok ? fmt::format("ok {:.17g}\n", r.milliseconds) : "fail " + one_line(r.reason) + "\n";
     } catch (const std::exception& e) {

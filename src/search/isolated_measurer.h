@@ -33,9 +33,10 @@ class IsolatedWorker {
   IsolatedWorker(const IsolatedWorker&) = delete;
   IsolatedWorker& operator=(const IsolatedWorker&) = delete;
 
-  // Compiles, verifies and times `subgraph` (the whole of it) in the worker, built as
-  // `candidate` says (its nodes are ignored); `abandon_above_ms` as Measurer::time_kernel.
-  CostRecord measure(const Graph& subgraph, const Candidate& candidate,
+  // Compiles, verifies and times `job.subgraph` (the whole of it, after `job.evict_bytes`)
+  // in the worker, built as `candidate` says (its nodes are ignored); `abandon_above_ms` as
+  // Measurer::time_kernel.
+  CostRecord measure(const KernelJob& job, const Candidate& candidate,
                      const MeasureOptions& options,
                      double abandon_above_ms = Measurer::kNeverAbandon);
   // The same for a request made by measure_request (a distributed job's, made elsewhere).
@@ -54,10 +55,10 @@ class IsolatedWorker {
   int starts_ = 0;
 };
 
-// The request that asks a worker to measure `subgraph` as `candidate` says (its nodes are
-// ignored): header lines and the subgraph as ONNX bytes. What a job in the cost database's
-// queue carries to `collage measure-worker` processes on other machines.
-std::string measure_request(const Graph& subgraph, const Candidate& candidate,
+// The request that asks a worker to measure `job.subgraph` as `candidate` says (its nodes are
+// ignored), after `job.evict_bytes`: header lines and the subgraph as ONNX bytes. What a job in the
+// cost database's queue carries to `collage measure-worker` processes on other machines.
+std::string measure_request(const KernelJob& job, const Candidate& candidate,
                             const MeasureOptions& options,
                             double abandon_above_ms = Measurer::kNeverAbandon);
 

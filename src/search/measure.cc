@@ -89,14 +89,32 @@ size_t constant_bytes_read_per_run(const Graph& model, ValueId constant) {
   return constant_bytes_read(model)[constant];
 }
 
-size_t cache_pressure_bytes(const Graph& model, size_t last_level_cache_bytes) {
+CachePressure::CachePressure(const Graph& model, size_t last_level_cache_bytes)
+    : model_(model),
+      constant_bytes_(constant_bytes_read(model)),
+      last_level_cache_bytes_(last_level_cache_bytes) {
+  for (size_t bytes : constant_bytes_) total_bytes_ += bytes;
+}
+
+size_t CachePressure::evict_bytes(const std::vector<NodeId>& nodes) const {
+  // The candidate's own constants, each once (two of its nodes may read one).
+  std::vector<ValueId> own;
+  for (NodeId n : nodes)
+    for (ValueId v : model_.node(n).inputs)
+      if (v != kNoValue && constant_bytes_[v] > 0) own.push_back(v);
+  std::sort(own.begin(), own.end());
+  own.erase(std::unique(own.begin(), own.end()), own.end());
+  size_t own_bytes = 0;
+  for (ValueId v : own) own_bytes += constant_bytes_[v];
+  return rounded(total_bytes_ - own_bytes);
+}
+
+size_t CachePressure::rounded(size_t bytes) const {
   constexpr size_t kMiB = size_t{1} << 20;
-  size_t bytes = 0;
-  for (size_t b : constant_bytes_read(model)) bytes += b;
   if (bytes < kMiB) return 0;
   size_t cap = 64 * kMiB;
-  if (last_level_cache_bytes && 2 * bytes > last_level_cache_bytes)
-    while (cap < 2 * last_level_cache_bytes) cap *= 2;
+  if (last_level_cache_bytes_ && 2 * bytes > last_level_cache_bytes_)
+    while (cap < 2 * last_level_cache_bytes_) cap *= 2;
   size_t rounded = kMiB;
   while (rounded < bytes && rounded < cap) rounded *= 2;
   return rounded;
@@ -125,21 +143,23 @@ KernelKey kernel_key(const Graph& subgraph, const Candidate& candidate, const Ha
 Measurer::Measurer(CostDb* db, Hardware machine, MeasureOptions options)
     : db_(db), hardware_(std::move(machine)), options_(options) {}
 
-void Measurer::prepare_eviction() const {
-  if (options_.evict_bytes == 0 || !eviction_buffer_.empty()) return;
-  // Allocated and written once, on first use (a tuner whose worker measures never needs
-  // it: up to 1 GiB): first touches of fresh pages are slow and would be timed.
-  eviction_buffer_.assign(options_.evict_bytes, 1);
-  // Timed once, after a first pass: how many evicted samples a candidate can afford.
-  evict_caches({}, {});
-  auto t0 = Clock::now();
-  evict_caches({}, {});
-  const double evict_ms = ms_since(t0);
-  evicted_samples_ = std::clamp(static_cast<int>(kEvictionBudgetMs / std::max(evict_ms, 1e-3)),
-                                std::min(options_.min_repeats, kEvictedSamples), kEvictedSamples);
+int Measurer::prepare_eviction(size_t bytes) const {
+  if (eviction_buffer_.size() < bytes) {
+    // Allocated and written on first use (a tuner whose worker measures never needs it: up
+    // to 1 GiB), grown where a bigger eviction is asked for.
+    eviction_buffer_.assign(bytes, 1);
+    // Timed once per size, after a first pass: how many evicted samples a candidate can afford.
+    evict_caches(bytes, {}, {});
+    auto t0 = Clock::now();
+    evict_caches(bytes, {}, {});
+    eviction_ms_per_byte_ = ms_since(t0) / static_cast<double>(bytes);
+  }
+  const double evict_ms = eviction_ms_per_byte_ * static_cast<double>(bytes);
+  return std::clamp(static_cast<int>(kEvictionBudgetMs / std::max(evict_ms, 1e-3)),
+                    std::min(options_.min_repeats, kEvictedSamples), kEvictedSamples);
 }
 
-void Measurer::evict_caches(const std::vector<Tensor>& inputs,
+void Measurer::evict_caches(size_t bytes, const std::vector<Tensor>& inputs,
                             const std::vector<Tensor>& outputs) const {
   // On every thread of the pool, each its share, as the model's other kernels would: that
   // evicts every core's private cache, and leaves the pool awake as it is between two
@@ -151,7 +171,7 @@ void Measurer::evict_caches(const std::vector<Tensor>& inputs,
   for (const Tensor& t : inputs) hot.push_back(&t);
   for (const Tensor& t : outputs) hot.push_back(&t);
   const unsigned char* buffer = eviction_buffer_.data();
-  const size_t buffer_lines = eviction_buffer_.size() / kLine;
+  const size_t buffer_lines = std::min(bytes, eviction_buffer_.size()) / kLine;
   unsigned sum = 0;
 #pragma omp parallel reduction(+ : sum)
   {
@@ -174,6 +194,7 @@ KernelJob kernel_job(const Graph& model, const Candidate& candidate, const Hardw
                      size_t evict_bytes) {
   KernelJob job;
   job.subgraph = extract_subgraph(model, candidate.nodes);
+  job.evict_bytes = evict_bytes;
   job.key = kernel_key(job.subgraph, candidate, machine, evict_bytes);
   job.label = candidate.variant.empty() ? candidate.backend->name()
                                         : candidate.backend->name() + "/" + candidate.variant;
@@ -185,14 +206,15 @@ KernelJob kernel_job(const Graph& model, const Candidate& candidate, const Hardw
 
 CostRecord Measurer::measure_now(const KernelJob& job, const Candidate& candidate,
                                  double abandon_above_ms) {
-  return isolated_ ? isolated_->measure(job.subgraph, candidate, options_, abandon_above_ms)
-                   : measure_uncached(job.subgraph, canonical_text(job.subgraph), candidate,
-                                      abandon_above_ms);
+  return isolated_
+             ? isolated_->measure(job, candidate, options_, abandon_above_ms)
+             : measure_uncached(job, canonical_text(job.subgraph), candidate, abandon_above_ms);
 }
 
 MeasureResult Measurer::measure(const Graph& model, const Candidate& candidate,
                                 double abandon_above_ms) {
-  KernelJob job = kernel_job(model, candidate, hardware_, options_.evict_bytes);
+  KernelJob job =
+      kernel_job(model, candidate, hardware_, CachePressure(model).evict_bytes(candidate.nodes));
   if (db_)
     if (auto hit = db_->find(job.key.key)) return {*hit, true};
   CostRecord record = measure_now(job, candidate, abandon_above_ms);
@@ -216,8 +238,9 @@ const std::vector<Tensor>& Measurer::reference_outputs(const Graph& sub,
   return reference_cache_[canonical] = std::move(outs);
 }
 
-CostRecord Measurer::measure_uncached(const Graph& sub, const std::string& canonical,
+CostRecord Measurer::measure_uncached(const KernelJob& job, const std::string& canonical,
                                       const Candidate& candidate, double abandon_above_ms) {
+  const Graph& sub = job.subgraph;
   try {
     use_threads_on_this_thread(candidate.threads);
     // Measured as sessions run it (runtime/threads.h): denormals flushed to zero.
@@ -248,8 +271,8 @@ CostRecord Measurer::measure_uncached(const Graph& sub, const std::string& canon
       if (!mismatch.empty()) return CostRecord::failure("wrong result: " + mismatch);
     }
     CostRecord ok;
-    ok.milliseconds =
-        time_kernel(*kernel, run_inputs, run_outputs, candidate.threads, device, abandon_above_ms);
+    ok.milliseconds = time_kernel(*kernel, run_inputs, run_outputs, candidate.threads, device,
+                                  abandon_above_ms, job.evict_bytes);
     return ok;
   } catch (const std::exception& e) {
     return CostRecord::failure(e.what());
@@ -258,7 +281,7 @@ CostRecord Measurer::measure_uncached(const Graph& sub, const std::string& canon
 
 double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
                              const std::vector<Tensor>& outputs, int threads, Device* device,
-                             double abandon_above_ms) const {
+                             double abandon_above_ms, size_t evict_bytes) const {
   // The eviction reads with this thread's OpenMP team: the kernel's threads.
   use_threads_on_this_thread(threads);
   // The verification run already warmed caches and JIT state; slow kernels (the reference
@@ -272,13 +295,13 @@ double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
     kernel.run(inputs, outputs);
     if (device) device->synchronize();
   };
-  const bool evict = options_.evict_bytes != 0 && !device;
-  if (evict) prepare_eviction();
+  const bool evict = evict_bytes != 0 && !device;
+  const int evicted_samples = evict ? prepare_eviction(evict_bytes) : 0;
   for (int i = 0; i < options_.warmup && ms_since(warm_start) < kSlowKernelMs; ++i) run();
   std::vector<double> samples;
   auto start = Clock::now();
   while (static_cast<int>(samples.size()) < options_.max_repeats) {
-    if (evict) evict_caches(inputs, outputs);
+    if (evict) evict_caches(evict_bytes, inputs, outputs);
     auto t0 = Clock::now();
     run();
     samples.push_back(ms_since(t0));
@@ -289,7 +312,7 @@ double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
     // Runs after an eviction scatter more (DRAM, page walks) and rarely reach the spread
     // target; past kEvictedSamples more samples only move the median by noise, while each
     // costs an eviction too (a cold ResNet-50 tune took 3x as long without this cap).
-    if (evict && static_cast<int>(samples.size()) >= evicted_samples_) break;
+    if (evict && static_cast<int>(samples.size()) >= evicted_samples) break;
     if (static_cast<int>(samples.size()) >= needed) {
       std::vector<double> sorted = samples;
       std::sort(sorted.begin(), sorted.end());

@@ -30,24 +30,30 @@ struct MeasureOptions {
   // Check each kernel's outputs against reference once, with the project's rule for its
   // backend's precision (Tolerance::backend_vs_reference).
   bool verify = true;
-  // Bytes read between timed runs (0: none). Inside a model, the rest of the model runs
-  // between two calls of a kernel and evicts its weights from the caches when the model is
-  // bigger than they are: BERT-base's 9 MiB matmuls ran 1.2x slower there than when timed
-  // back to back. Reading about what the rest of the model reads (cache_pressure_bytes)
-  // leaves an LRU cache of any size as the model would, so the sum of the costs predicts
-  // the model. Part of the cost key: the same kernel costs more in a bigger model.
-  size_t evict_bytes = 0;
 };
 
-// The eviction that makes a candidate's timing match its life inside `model`: the model's
-// constant bytes (the traffic between two calls of one kernel), rounded up to a power of
-// two MiB so that models of similar size share costs; 0 below 1 MiB (the whole model stays
-// in cache). Capped at 64 MiB (past the private caches) while the model fits in half the
-// `last_level_cache_bytes` (64 MiB is then all it takes: the last level keeps the model
-// between runs, as it does in the model); for a bigger model, at twice the last level
-// (rounded up alike), which evicts it (one pass of just the capacity leaves part of the old
-// lines in a cache that is not strictly LRU; half, because activations, other processes
-// and an imperfect replacement share it). 0 = unknown: 64 MiB.
+// The eviction that makes a candidate's timing match its life inside a model: before each
+// timed run, read what the rest of the model reads between two calls of the candidate.
+// Inside a model, the rest of the model runs between two calls of a kernel and evicts its
+// weights from the caches when the model is bigger than they are: BERT-base's 9 MiB matmuls
+// ran 1.2x slower there than when timed back to back. Reading about what the rest of the
+// model reads leaves an LRU cache of any size as the model would, so the sum of the costs
+// predicts the model. Part of the cost key: the same kernel costs more in a bigger model.
+//
+// The rest, not the whole model (until 2026-11-29 every candidate was timed after a read of
+// the whole model's bytes): a region that is most of a model has little or nothing run
+// between two of its calls, and a model that fits in the last level stays there run after
+// run. DCGAN's one region (14.3 MB) was predicted at 1.382 ms, timed after a 16 MiB read,
+// and ran at 1.213 alone (docs/DESIGN.md "Search").
+//
+// The size: the rest's constant bytes (constant_bytes_read_per_run), rounded up to a power
+// of two MiB so that candidates and models of similar size share costs; 0 below 1 MiB (the
+// candidate stays in cache). Capped at 64 MiB (past the private caches) while the rest fits
+// in half the `last_level_cache_bytes` (64 MiB is then all it takes: the last level keeps
+// the model between runs, as it does in the model); for a bigger rest, at twice the last
+// level (rounded up alike), which evicts it (one pass of just the capacity leaves part of
+// the old lines in a cache that is not strictly LRU; half, because activations, other
+// processes and an imperfect replacement share it). Last level 0 = unknown: 64 MiB.
 // Measured here, predicted vs in-model: BERT-base -20% back to back, -6% with eviction;
 // MobileNetV2's onednn-graph plan -22% and +2%. The cap was a fixed 64 MiB until a machine
 // with a 480 MiB L3 (Xeon, 2 cores of it lent): 64 MiB is read from L3 there (1.4 ms, 45
@@ -56,8 +62,23 @@ struct MeasureOptions {
 // with 512 MiB read, +0.5 %; BERT-base's (440 MB) -12 % and -5.8 %. Inception-v3's (95 MB)
 // cold tune took 385 s instead of 265 with 128 MiB read, to the same prediction: hence
 // 64 MiB for models the last level holds.
-size_t cache_pressure_bytes(const Graph& model,
-                            size_t last_level_cache_bytes = this_cpu().last_level_cache_bytes);
+class CachePressure {
+ public:
+  explicit CachePressure(const Graph& model,
+                         size_t last_level_cache_bytes = this_cpu().last_level_cache_bytes);
+  // The bytes to read before each timed run of `nodes` of the model.
+  size_t evict_bytes(const std::vector<NodeId>& nodes) const;
+  // The same for a kernel that reads none of the model's constants: the whole model's traffic.
+  size_t whole_model_bytes() const { return rounded(total_bytes_); }
+
+ private:
+  size_t rounded(size_t bytes) const;
+  const Graph& model_;
+  std::vector<size_t> constant_bytes_;  // per value: what one run reads of it (0: not constant)
+  size_t total_bytes_ = 0;
+  size_t last_level_cache_bytes_;
+};
+
 // The bytes of `constant` one run of `model` reads: all of it, except a table only Gathers
 // read (an embedding), of which each Gather reads its indices' rows. Counted whole, the zoo's
 // BERT-tiny embedding made its candidates be timed after a 4 MiB read where a model run reads
@@ -71,18 +92,20 @@ struct MeasureResult {
 };
 
 // The cost-DB key of a kernel measurement: the subgraph's canonical text (+ the eviction it
-// was timed with), the backend and its variant, the backend's version, and the machine with
-// the kernel's thread count. Returns {key, the text stored beside it}.
+// is timed with, CachePressure), the backend and its variant, the backend's version, and the
+// machine with the kernel's thread count. Returns {key, the text stored beside it}.
 struct KernelKey {
   std::string key, text;
 };
 KernelKey kernel_key(const Graph& subgraph, const Candidate& candidate, const Hardware& machine,
                      size_t evict_bytes);
 
-// A kernel measurement made ready: the candidate's standalone subgraph and its record's key,
-// label (backend[/variant]) and hardware (the machine with the kernel's thread count).
+// A kernel measurement made ready: the candidate's standalone subgraph, the bytes read before
+// each timed run (CachePressure), and its record's key, label (backend[/variant]) and
+// hardware (the machine with the kernel's thread count).
 struct KernelJob {
   Graph subgraph;
+  size_t evict_bytes = 0;
   KernelKey key;
   std::string label;
   Hardware hardware;
@@ -95,8 +118,8 @@ class Measurer {
   // `machine`: this machine; each measurement is keyed with its candidate's thread count.
   Measurer(CostDb* db, Hardware machine, MeasureOptions options);
 
-  // `candidate.nodes` of `model`, built and run as the candidate says.
-  // `abandon_above_ms`: see time_kernel.
+  // `candidate.nodes` of `model`, built and run as the candidate says, timed after the
+  // eviction CachePressure gives them in `model`. `abandon_above_ms`: see time_kernel.
   MeasureResult measure(const Graph& model, const Candidate& candidate,
                         double abandon_above_ms = kNeverAbandon);
   // Measures `job` (made from `candidate`) now, whatever the cost DB holds, and stores
@@ -110,9 +133,10 @@ class Measurer {
   // faster, so this one cannot be chosen over it): the cost is then their median, an honest
   // but coarser number, where a full timing takes up to 15 samples with an eviction before
   // each (Inception-v3's cold measuring phase 208 -> 194 s, GoogLeNet's 120 -> 107 s).
+  // `evict_bytes` are read before each timed run of a host kernel (CachePressure; 0: none).
   double time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
                      const std::vector<Tensor>& outputs, int threads, Device* device = nullptr,
-                     double abandon_above_ms = kNeverAbandon) const;
+                     double abandon_above_ms = kNeverAbandon, size_t evict_bytes = 0) const;
   static constexpr double kNeverAbandon = std::numeric_limits<double>::infinity();
   static constexpr int kAbandonSamples = 3;
   const Hardware& hardware() const { return hardware_; }
@@ -122,9 +146,10 @@ class Measurer {
   void set_isolation(IsolatedWorker* worker) { isolated_ = worker; }
 
  private:
-  // Reads the eviction buffer, then the kernel's inputs and outputs.
-  void evict_caches(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) const;
-  CostRecord measure_uncached(const Graph& subgraph, const std::string& canonical,
+  // Reads `bytes` of the eviction buffer, then the kernel's inputs and outputs.
+  void evict_caches(size_t bytes, const std::vector<Tensor>& inputs,
+                    const std::vector<Tensor>& outputs) const;
+  CostRecord measure_uncached(const KernelJob& job, const std::string& canonical,
                               const Candidate& candidate, double abandon_above_ms);
   const std::vector<Tensor>& reference_outputs(const Graph& subgraph, const std::string& canonical,
                                                const std::vector<Tensor>& inputs);
@@ -135,10 +160,14 @@ class Measurer {
   static constexpr size_t kReferenceCacheEntries = 4;
   std::map<std::string, std::vector<Tensor>> reference_cache_;  // by canonical text
   IsolatedWorker* isolated_ = nullptr;
-  // Allocates and times the eviction buffer, once.
-  void prepare_eviction() const;
-  mutable std::vector<unsigned char> eviction_buffer_;  // options_.evict_bytes, touched once
-  mutable int evicted_samples_ = 0;                     // most samples with an eviction before each
+  // Grows the eviction buffer to `bytes` where it is smaller (touched and timed once per
+  // size: first touches of fresh pages are slow and would be timed), and returns the most
+  // samples a candidate takes with an eviction of `bytes` before each.
+  int prepare_eviction(size_t bytes) const;
+  // The largest eviction asked for so far: one buffer, of which each eviction reads a part
+  // (candidates of one model ask for different sizes; the measure worker serves them all).
+  mutable std::vector<unsigned char> eviction_buffer_;
+  mutable double eviction_ms_per_byte_ = 0;
 };
 
 // The fixed cost of one executor step on this machine (dispatch, argument passing), in

@@ -11,23 +11,14 @@
 #include "search/plan_records.h"
 
 namespace collage {
-namespace {
-
-MeasureOptions measure_options(const Graph& model) {
-  MeasureOptions o;
-  o.evict_bytes = cache_pressure_bytes(model);
-  return o;
-}
-
-}  // namespace
-
 MeasuredCosts::MeasuredCosts(const Graph& model, CostDb& db, const Hardware& machine, int threads,
                              bool isolate, double isolate_timeout_s, QueueOptions queue)
     : model_(model),
       db_(db),
       machine_(machine),
       threads_(threads),
-      measurer_(&db, machine, measure_options(model)),
+      pressure_(model),
+      measurer_(&db, machine, MeasureOptions{}),
       queue_(std::move(queue)) {
   if (queue_.location.empty()) queue_.location = db.path();
   if (!isolate) return;
@@ -83,11 +74,14 @@ MeasuredCosts::Result MeasuredCosts::measured_here(const Candidate& c, const Ker
   return remember(c, record, Origin::kMeasuredHere);
 }
 
+KernelJob MeasuredCosts::new_job(const Candidate& c) const {
+  return kernel_job(model_, c, machine_, pressure_.evict_bytes(c.nodes));
+}
+
 const KernelJob& MeasuredCosts::job_of(const Candidate& c) {
   MemoKey key{c.backend, c.variant, c.threads, c.nodes};
   auto it = jobs_.find(key);
-  if (it == jobs_.end())
-    it = jobs_.emplace(key, kernel_job(model_, c, machine_, measurer_.options().evict_bytes)).first;
+  if (it == jobs_.end()) it = jobs_.emplace(key, new_job(c)).first;
   return it->second;
 }
 
@@ -219,7 +213,7 @@ void MeasuredCosts::measure_distributed(const std::vector<Candidate>& candidates
       report(c);
       continue;
     }
-    KernelJob job = kernel_job(model_, c, machine_, measurer_.options().evict_bytes);
+    KernelJob job = new_job(c);
     if (std::optional<CostRecord> hit = db_.find(job.key.key)) {
       count(c, remember(c, *hit, Origin::kKnown));
       report(c);
@@ -227,7 +221,7 @@ void MeasuredCosts::measure_distributed(const std::vector<Candidate>& candidates
     }
     std::vector<const Candidate*>& same = waiting[job.key.key];
     if (same.empty()) {
-      jobs.push_back(queue_job(job, c, measure_request(job.subgraph, c, measurer_.options())));
+      jobs.push_back(queue_job(job, c, measure_request(job, c, measurer_.options())));
       backend_versions.insert(jobs.back().backend_version);
     }
     same.push_back(&c);
@@ -300,7 +294,7 @@ double MeasuredCosts::confirmed_cost_ms(const Candidate& candidate) {
   if (auto it = confirmed_memo_.find(memo); it != confirmed_memo_.end()) return it->second;
   const double first_ms = cost_ms(candidate);
   if (!std::isfinite(first_ms)) return confirmed_memo_[memo] = first_ms;
-  const KernelJob job = kernel_job(model_, candidate, machine_, measurer_.options().evict_bytes);
+  const KernelJob job = new_job(candidate);
   // A recheck, where one was taken, is the newest sample (recheck_cost_ms).
   if (std::optional<CostRecord> recheck = db_.find(sample_key(job, "recheck").key);
       recheck && recheck->ok)
@@ -330,7 +324,7 @@ double MeasuredCosts::confirmed_cost_ms(const Candidate& candidate) {
 double MeasuredCosts::recheck_cost_ms(const Candidate& candidate) {
   const double confirmed = confirmed_cost_ms(candidate);
   if (!std::isfinite(confirmed)) return confirmed;
-  const KernelJob job = kernel_job(model_, candidate, machine_, measurer_.options().evict_bytes);
+  const KernelJob job = new_job(candidate);
   const CostRecord recheck =
       find_or_measure(db_, sample_key(job, "recheck"), kConfirmationRecord, job.hardware,
                       [&] { return measurer_.measure_now(job, candidate); });

@@ -109,6 +109,8 @@ class MeasuredCosts : public CostModel {
   std::optional<Result> known(const Candidate& candidate, bool read_db);
   // The cost-DB key of a job's extra sample `mark` ("confirmation", ...).
   static RecordKey sample_key(const KernelJob& job, const std::string& mark);
+  // The candidate's measurement job (its subgraph, eviction and cost-DB key), made anew.
+  KernelJob new_job(const Candidate& candidate) const;
   // The candidate's measurement job (its subgraph and cost-DB key), made once.
   const KernelJob& job_of(const Candidate& candidate);
   Result measured_here(const Candidate& c, const KernelJob& job);
@@ -121,6 +123,7 @@ class MeasuredCosts : public CostModel {
   CostDb& db_;
   Hardware machine_;
   int threads_;
+  CachePressure pressure_;  // each candidate's eviction: what the rest of the model reads
   Measurer measurer_;
   std::unique_ptr<IsolatedWorker> worker_;
   std::map<MemoKey, double> memo_;

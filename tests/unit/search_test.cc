@@ -397,24 +397,52 @@ Graph with_constant_bytes(size_t bytes) {
   return g;
 }
 
+// The eviction before a kernel that reads none of `model`'s constants.
+size_t whole_model_pressure(const Graph& model, size_t last_level_cache_bytes) {
+  return CachePressure(model, last_level_cache_bytes).whole_model_bytes();
+}
+
 TEST(CachePressure, FollowsTheModelsConstantBytesAndEvictsTheLastLevelOnlyWhenItIsSmaller) {
   constexpr size_t kMiB = size_t{1} << 20;
   const size_t l3 = 32 * kMiB;
-  EXPECT_EQ(cache_pressure_bytes(chain(3), l3), 0u);
-  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(kMiB / 2), l3), 0u);
-  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(3 * kMiB), l3), 4 * kMiB);
-  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(16 * kMiB), l3), 16 * kMiB);
-  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(100 * kMiB), l3), 64 * kMiB);
+  EXPECT_EQ(whole_model_pressure(chain(3), l3), 0u);
+  EXPECT_EQ(whole_model_pressure(with_constant_bytes(kMiB / 2), l3), 0u);
+  EXPECT_EQ(whole_model_pressure(with_constant_bytes(3 * kMiB), l3), 4 * kMiB);
+  EXPECT_EQ(whole_model_pressure(with_constant_bytes(16 * kMiB), l3), 16 * kMiB);
+  EXPECT_EQ(whole_model_pressure(with_constant_bytes(100 * kMiB), l3), 64 * kMiB);
   // A 480 MiB L3 (a Xeon this ran on): a 500 MB model's weights are evicted with 512 MiB,
   // not kept in L3 by a 64 MiB read.
-  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(500 * kMiB), 480 * kMiB), 512 * kMiB);
-  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(200 * kMiB), 48 * kMiB), 128 * kMiB);
+  EXPECT_EQ(whole_model_pressure(with_constant_bytes(500 * kMiB), 480 * kMiB), 512 * kMiB);
+  EXPECT_EQ(whole_model_pressure(with_constant_bytes(200 * kMiB), 48 * kMiB), 128 * kMiB);
   // A model in under half the last level: past the private caches is enough; in over half,
   // the last level is evicted too.
-  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(100 * kMiB), 480 * kMiB), 64 * kMiB);
-  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(100 * kMiB), 160 * kMiB), 128 * kMiB);
+  EXPECT_EQ(whole_model_pressure(with_constant_bytes(100 * kMiB), 480 * kMiB), 64 * kMiB);
+  EXPECT_EQ(whole_model_pressure(with_constant_bytes(100 * kMiB), 160 * kMiB), 128 * kMiB);
   // Unknown: the old fixed cap.
-  EXPECT_EQ(cache_pressure_bytes(with_constant_bytes(500 * kMiB), 0), 64 * kMiB);
+  EXPECT_EQ(whole_model_pressure(with_constant_bytes(500 * kMiB), 0), 64 * kMiB);
+}
+
+// A candidate is timed after what the rest of the model reads: its own constants (each
+// once) are not part of the eviction, and the whole model as one candidate has none.
+TEST(CachePressure, ACandidateIsTimedAfterWhatTheRestOfTheModelReads) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  testing::GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 1024});
+  ValueId w1 = b.constant("w1", Tensor(DType::kFloat32, {1024, 2048}));  // 8 MiB
+  ValueId w2 = b.constant("w2", Tensor(DType::kFloat32, {2048, 1024}));  // 8 MiB
+  ValueId w3 = b.constant("w3", Tensor(DType::kFloat32, {1024, 256}));   // 1 MiB
+  ValueId y = b.add1("MatMul", {b.add1("MatMul", {b.add1("MatMul", {x, w1}), w2}), w3});
+  b.output(y);
+  b.output(b.add1("MatMul", {x, w1}));  // node 3 reads w1 too
+  const Graph model = b.finish();
+  const CachePressure pressure(model, 32 * kMiB);
+  EXPECT_EQ(pressure.whole_model_bytes(), 32 * kMiB);  // 17 MiB, rounded up
+  EXPECT_EQ(pressure.evict_bytes({0, 1, 2, 3}), 0u);
+  EXPECT_EQ(pressure.evict_bytes({0}), 16 * kMiB);    // w2 and w3: 9 MiB
+  EXPECT_EQ(pressure.evict_bytes({0, 1}), 1 * kMiB);  // w3
+  EXPECT_EQ(pressure.evict_bytes({2}), 16 * kMiB);
+  EXPECT_EQ(pressure.evict_bytes({0, 3}), 16 * kMiB);  // w1 once: 9 MiB left, not 1
+  EXPECT_EQ(pressure.evict_bytes({0, 1, 3}), 1 * kMiB);
 }
 
 // An embedding table only Gathers read counts by the rows they read (a run never touches
@@ -433,9 +461,9 @@ TEST(CachePressure, CountsTheRowsGathersReadOfATableOnlyTheyRead) {
   const Graph gathered = model(false), read_whole = model(true);
   const ValueId table = *gathered.find_value("table");
   EXPECT_EQ(constant_bytes_read_per_run(gathered, table), 2u * 8 * 1024 * 4);  // 16 rows
-  EXPECT_EQ(cache_pressure_bytes(gathered, 32 * kMiB), 0u);
+  EXPECT_EQ(whole_model_pressure(gathered, 32 * kMiB), 0u);
   EXPECT_EQ(constant_bytes_read_per_run(read_whole, table), 16 * kMiB);
-  EXPECT_EQ(cache_pressure_bytes(read_whole, 32 * kMiB), 16 * kMiB);
+  EXPECT_EQ(whole_model_pressure(read_whole, 32 * kMiB), 16 * kMiB);
   // A custom op's "axis" of another type is not read: the table counts whole, nothing throws.
   Graph custom = model(false);
   const ValueId out = custom.add_value("custom_out", DType::kFloat32, {1}, true);
@@ -448,26 +476,30 @@ TEST(CachePressure, CountsTheRowsGathersReadOfATableOnlyTheyRead) {
   EXPECT_EQ(constant_bytes_read_per_run(custom, table), 16 * kMiB);
 }
 
+// The same nodes in a model with more constant bytes elsewhere are timed after a bigger
+// eviction (CachePressure): another measurement, under its own key.
 TEST_F(CostDbTest, CostsTimedWithEvictionAreTheirOwnRecords) {
   Graph g = chain(2);
   for (ValueId v = 0; v < static_cast<ValueId>(g.num_values()); ++v) g.value(v).shape = {4096};
+  Graph bigger = g;  // 2 MiB of constants the candidate does not read
+  bigger.add_constant("w", Tensor(DType::kFloat32, {512 * 1024}));
   CostDb db((dir_ / "costs.db").string());
   Backend& reference = BackendRegistry::global().get("reference");
-  MeasureOptions hot, evicting;
-  evicting.evict_bytes = size_t{2} << 20;
-  Measurer back_to_back(&db, this_machine(1), hot), evicted(&db, this_machine(1), evicting);
+  Measurer measurer(&db, this_machine(1), MeasureOptions{});
   const Candidate both{{0, 1}, &reference, "", 1};
+  ASSERT_EQ(CachePressure(g).evict_bytes(both.nodes), 0u);
+  ASSERT_GT(CachePressure(bigger).evict_bytes(both.nodes), 0u);
 
-  MeasureResult a = back_to_back.measure(g, both);
+  MeasureResult a = measurer.measure(g, both);
   EXPECT_FALSE(a.cache_hit);
   ASSERT_TRUE(a.record.ok) << a.record.reason;
-  MeasureResult b = evicted.measure(g, both);
+  MeasureResult b = measurer.measure(bigger, both);
   EXPECT_FALSE(b.cache_hit) << "a back-to-back cost answered for an evicting measurement";
   ASSERT_TRUE(b.record.ok) << b.record.reason;
   EXPECT_GT(b.record.milliseconds, 0.0);
   EXPECT_EQ(db.size(), 2);
-  EXPECT_TRUE(evicted.measure(g, both).cache_hit);
-  EXPECT_TRUE(back_to_back.measure(g, both).cache_hit);
+  EXPECT_TRUE(measurer.measure(bigger, both).cache_hit);
+  EXPECT_TRUE(measurer.measure(g, both).cache_hit);
 }
 
 // A kernel that sleeps `ms` per run and counts its runs.
