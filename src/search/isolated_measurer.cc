@@ -49,20 +49,21 @@ bool write_all(int fd, const char* data, size_t n) {
 
 // Protocol: a request is header lines then the model bytes:
 //   backend NAME \n variant NAME \n threads N \n verify 0|1 \n budget_ms X \n
-//   evict_bytes N \n [abandon_above_ms X \n] model NBYTES \n <bytes>
+//   evict_bytes N \n [other_kernels 1 \n] [abandon_above_ms X \n] model NBYTES \n <bytes>
 // and the answer one line: "ok MS" or "fail REASON". (An empty variant is "variant " + "".)
 // abandon_above_ms (Measurer::time_kernel) only where there is one: a distributed job's
-// request, which never has one, reads the same to workers built before it.
+// request, which never has one, reads the same to workers built before it. other_kernels
+// (BetweenRuns) only where nothing is read between runs: an eviction implies it.
 std::string encode_request(const std::string& model, const Candidate& c, const MeasureOptions& o,
-                           size_t evict_bytes, double abandon_above_ms) {
-  std::string abandon = abandon_above_ms < Measurer::kNeverAbandon
-                            ? fmt::format("abandon_above_ms {:.17g}\n", abandon_above_ms)
-                            : "";
+                           const BetweenRuns& between, double abandon_above_ms) {
+  std::string optional = between.other_kernels && !between.read_bytes ? "other_kernels 1\n" : "";
+  if (abandon_above_ms < Measurer::kNeverAbandon)
+    optional += fmt::format("abandon_above_ms {:.17g}\n", abandon_above_ms);
   return fmt::format(
              "backend {}\nvariant {}\nthreads {}\nverify {}\nbudget_ms {}\nevict_bytes {}\n{}model "
              "{}\n",
-             c.backend->name(), c.variant, c.threads, o.verify ? 1 : 0, o.budget_ms, evict_bytes,
-             abandon, model.size()) +
+             c.backend->name(), c.variant, c.threads, o.verify ? 1 : 0, o.budget_ms,
+             between.read_bytes, optional, model.size()) +
          model;
 }
 
@@ -200,7 +201,7 @@ CostRecord IsolatedWorker::lost_worker(const std::string& why) {
 
 std::string measure_request(const KernelJob& job, const Candidate& candidate,
                             const MeasureOptions& options, double abandon_above_ms) {
-  return encode_request(model_to_bytes(job.subgraph), candidate, options, job.evict_bytes,
+  return encode_request(model_to_bytes(job.subgraph), candidate, options, job.between,
                         abandon_above_ms);
 }
 
@@ -253,12 +254,13 @@ int run_measure_worker() {
   std::unique_ptr<Measurer> measurer;
   const Hardware machine = this_machine(0);
   while (true) {
-    std::string backend, variant, threads, verify, budget, evict, abandon, size, line;
+    std::string backend, variant, threads, verify, budget, evict, others, abandon, size, line;
     if (!header(0, "backend", backend)) return 0;  // EOF: the tuner is done
     if (!header(0, "variant", variant) || !header(0, "threads", threads) ||
         !header(0, "verify", verify) || !header(0, "budget_ms", budget) ||
         !header(0, "evict_bytes", evict) || !read_line(0, line))
       return 2;
+    if (header_value(line, "other_kernels", others) && !read_line(0, line)) return 2;
     if (header_value(line, "abandon_above_ms", abandon) && !read_line(0, line)) return 2;
     if (!header_value(line, "model", size)) return 2;
     std::string bytes(std::stoull(size), '\0');
@@ -284,7 +286,10 @@ int run_measure_worker() {
       for (size_t i = 0; i < candidate.nodes.size(); ++i)
         candidate.nodes[i] = static_cast<NodeId>(i);
       // The tuner chose the eviction from the whole model, which this subgraph is a part of.
-      const KernelJob job = kernel_job(g, candidate, machine, std::stoull(evict));
+      BetweenRuns between;
+      between.read_bytes = std::stoull(evict);
+      between.other_kernels = between.read_bytes > 0 || others == "1";
+      const KernelJob job = kernel_job(g, candidate, machine, between);
       CostRecord r = measurer->measure_now(
           job, candidate, abandon.empty() ? Measurer::kNeverAbandon : std::stod(abandon));
       answer =

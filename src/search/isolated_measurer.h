@@ -33,7 +33,7 @@ class IsolatedWorker {
   IsolatedWorker(const IsolatedWorker&) = delete;
   IsolatedWorker& operator=(const IsolatedWorker&) = delete;
 
-  // Compiles, verifies and times `job.subgraph` (the whole of it, after `job.evict_bytes`)
+  // Compiles, verifies and times `job.subgraph` (the whole of it, after `job.between`)
   // in the worker, built as `candidate` says (its nodes are ignored); `abandon_above_ms` as
   // Measurer::time_kernel.
   CostRecord measure(const KernelJob& job, const Candidate& candidate,
@@ -56,7 +56,7 @@ class IsolatedWorker {
 };
 
 // The request that asks a worker to measure `job.subgraph` as `candidate` says (its nodes are
-// ignored), after `job.evict_bytes`: header lines and the subgraph as ONNX bytes. What a job in the
+// ignored), after `job.between`: header lines and the subgraph as ONNX bytes. What a job in the
 // cost database's queue carries to `collage measure-worker` processes on other machines.
 std::string measure_request(const KernelJob& job, const Candidate& candidate,
                             const MeasureOptions& options,

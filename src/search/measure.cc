@@ -96,6 +96,10 @@ CachePressure::CachePressure(const Graph& model, size_t last_level_cache_bytes)
   for (size_t bytes : constant_bytes_) total_bytes_ += bytes;
 }
 
+BetweenRuns CachePressure::between_runs(const std::vector<NodeId>& nodes) const {
+  return {nodes.size() < model_.num_nodes(), evict_bytes(nodes)};
+}
+
 size_t CachePressure::evict_bytes(const std::vector<NodeId>& nodes) const {
   // The candidate's own constants, each once (two of its nodes may read one).
   std::vector<ValueId> own;
@@ -121,12 +125,13 @@ size_t CachePressure::rounded(size_t bytes) const {
 }
 
 KernelKey kernel_key(const Graph& subgraph, const Candidate& candidate, const Hardware& machine,
-                     size_t evict_bytes) {
-  std::string canonical = canonical_text(subgraph);
-  // Costs timed with other cache states are other measurements (see evict_bytes).
-  std::string text =
-      evict_bytes ? fmt::format("{}cache: {} MiB read between runs\n", canonical, evict_bytes >> 20)
-                  : canonical;
+                     const BetweenRuns& between) {
+  // Costs timed with other cache states are other measurements (see CachePressure).
+  std::string text = canonical_text(subgraph);
+  if (between.read_bytes)
+    text += fmt::format("cache: {} MiB read between runs\n", between.read_bytes >> 20);
+  else if (between.other_kernels)
+    text += "other kernels between runs\n";
   // The conditions it was timed under (search/cost_db.h): costs timed under others are other
   // measurements.
   text += kTimingConditionsMark;
@@ -191,11 +196,11 @@ void Measurer::evict_caches(size_t bytes, const std::vector<Tensor>& inputs,
 }
 
 KernelJob kernel_job(const Graph& model, const Candidate& candidate, const Hardware& machine,
-                     size_t evict_bytes) {
+                     const BetweenRuns& between) {
   KernelJob job;
   job.subgraph = extract_subgraph(model, candidate.nodes);
-  job.evict_bytes = evict_bytes;
-  job.key = kernel_key(job.subgraph, candidate, machine, evict_bytes);
+  job.between = between;
+  job.key = kernel_key(job.subgraph, candidate, machine, between);
   job.label = candidate.variant.empty() ? candidate.backend->name()
                                         : candidate.backend->name() + "/" + candidate.variant;
   // The fingerprint names the device too when the backend computes on one (GPU name, driver).
@@ -214,7 +219,7 @@ CostRecord Measurer::measure_now(const KernelJob& job, const Candidate& candidat
 MeasureResult Measurer::measure(const Graph& model, const Candidate& candidate,
                                 double abandon_above_ms) {
   KernelJob job =
-      kernel_job(model, candidate, hardware_, CachePressure(model).evict_bytes(candidate.nodes));
+      kernel_job(model, candidate, hardware_, CachePressure(model).between_runs(candidate.nodes));
   if (db_)
     if (auto hit = db_->find(job.key.key)) return {*hit, true};
   CostRecord record = measure_now(job, candidate, abandon_above_ms);
@@ -272,7 +277,7 @@ CostRecord Measurer::measure_uncached(const KernelJob& job, const std::string& c
     }
     CostRecord ok;
     ok.milliseconds = time_kernel(*kernel, run_inputs, run_outputs, candidate.threads, device,
-                                  abandon_above_ms, job.evict_bytes);
+                                  abandon_above_ms, job.between);
     return ok;
   } catch (const std::exception& e) {
     return CostRecord::failure(e.what());
@@ -281,7 +286,7 @@ CostRecord Measurer::measure_uncached(const KernelJob& job, const std::string& c
 
 double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
                              const std::vector<Tensor>& outputs, int threads, Device* device,
-                             double abandon_above_ms, size_t evict_bytes) const {
+                             double abandon_above_ms, const BetweenRuns& between) const {
   // The eviction reads with this thread's OpenMP team: the kernel's threads.
   use_threads_on_this_thread(threads);
   // The verification run already warmed caches and JIT state; slow kernels (the reference
@@ -295,13 +300,17 @@ double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
     kernel.run(inputs, outputs);
     if (device) device->synchronize();
   };
-  const bool evict = evict_bytes != 0 && !device;
+  const size_t evict_bytes = device ? 0 : between.read_bytes;
+  const bool evict = evict_bytes != 0;
   const int evicted_samples = evict ? prepare_eviction(evict_bytes) : 0;
+  // Other kernels before each run: the OpenMP team's pass over the inputs and outputs, with
+  // or without an eviction read first (CachePressure says why).
+  const bool others_first = evict || (between.other_kernels && !device);
   for (int i = 0; i < options_.warmup && ms_since(warm_start) < kSlowKernelMs; ++i) run();
   std::vector<double> samples;
   auto start = Clock::now();
   while (static_cast<int>(samples.size()) < options_.max_repeats) {
-    if (evict) evict_caches(evict_bytes, inputs, outputs);
+    if (others_first) evict_caches(evict_bytes, inputs, outputs);
     auto t0 = Clock::now();
     run();
     samples.push_back(ms_since(t0));

@@ -62,10 +62,28 @@ struct MeasureOptions {
 // with 512 MiB read, +0.5 %; BERT-base's (440 MB) -12 % and -5.8 %. Inception-v3's (95 MB)
 // cold tune took 385 s instead of 265 with 128 MiB read, to the same prediction: hence
 // 64 MiB for models the last level holds.
+//
+// Other kernels run between two calls of any candidate but the whole model, even where the
+// rest reads under 1 MiB: most of them on the OpenMP pool that oneDNN, libxsmm and the
+// eviction share, whose workers then spin on the cores a kernel of another library's pool
+// (XNNPACK's, Halide's) wakes its own workers on. So a timed run of such a candidate follows
+// a pass of the OpenMP team over its inputs and outputs (Measurer::evict_caches), the run of
+// the whole model as one candidate follows nothing. Until 2026-11-29 a candidate of a tiny
+// model (under 1 MiB of constants) was timed back to back: vit-tiny's 4 us XNNPACK MatMuls
+// were first sampled right after the `xnnpack` candidate of the same nodes (0.0039 ms),
+// confirmed at 0.024 right after oneDNN kernels, and the tuned plans they were chosen into
+// ran 0.081-0.086 ms against 0.063 for one without them.
+struct BetweenRuns {
+  bool other_kernels = false;  // the rest of the model is not empty
+  size_t read_bytes = 0;       // what they read: the eviction (0: none)
+};
+
 class CachePressure {
  public:
   explicit CachePressure(const Graph& model,
                          size_t last_level_cache_bytes = this_cpu().last_level_cache_bytes);
+  // What runs between two timed runs of `nodes` of the model.
+  BetweenRuns between_runs(const std::vector<NodeId>& nodes) const;
   // The bytes to read before each timed run of `nodes` of the model.
   size_t evict_bytes(const std::vector<NodeId>& nodes) const;
   // The same for a kernel that reads none of the model's constants: the whole model's traffic.
@@ -98,20 +116,20 @@ struct KernelKey {
   std::string key, text;
 };
 KernelKey kernel_key(const Graph& subgraph, const Candidate& candidate, const Hardware& machine,
-                     size_t evict_bytes);
+                     const BetweenRuns& between);
 
-// A kernel measurement made ready: the candidate's standalone subgraph, the bytes read before
-// each timed run (CachePressure), and its record's key, label (backend[/variant]) and
-// hardware (the machine with the kernel's thread count).
+// A kernel measurement made ready: the candidate's standalone subgraph, what runs before each
+// timed run (CachePressure), and its record's key, label (backend[/variant]) and hardware
+// (the machine with the kernel's thread count).
 struct KernelJob {
   Graph subgraph;
-  size_t evict_bytes = 0;
+  BetweenRuns between;
   KernelKey key;
   std::string label;
   Hardware hardware;
 };
 KernelJob kernel_job(const Graph& model, const Candidate& candidate, const Hardware& machine,
-                     size_t evict_bytes);
+                     const BetweenRuns& between);
 
 class Measurer {
  public:
@@ -133,10 +151,11 @@ class Measurer {
   // faster, so this one cannot be chosen over it): the cost is then their median, an honest
   // but coarser number, where a full timing takes up to 15 samples with an eviction before
   // each (Inception-v3's cold measuring phase 208 -> 194 s, GoogLeNet's 120 -> 107 s).
-  // `evict_bytes` are read before each timed run of a host kernel (CachePressure; 0: none).
+  // `between` runs before each timed run of a host kernel (CachePressure; none by default).
   double time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
                      const std::vector<Tensor>& outputs, int threads, Device* device = nullptr,
-                     double abandon_above_ms = kNeverAbandon, size_t evict_bytes = 0) const;
+                     double abandon_above_ms = kNeverAbandon,
+                     const BetweenRuns& between = {}) const;
   static constexpr double kNeverAbandon = std::numeric_limits<double>::infinity();
   static constexpr int kAbandonSamples = 3;
   const Hardware& hardware() const { return hardware_; }

@@ -75,7 +75,7 @@ MeasuredCosts::Result MeasuredCosts::measured_here(const Candidate& c, const Ker
 }
 
 KernelJob MeasuredCosts::new_job(const Candidate& c) const {
-  return kernel_job(model_, c, machine_, pressure_.evict_bytes(c.nodes));
+  return kernel_job(model_, c, machine_, pressure_.between_runs(c.nodes));
 }
 
 const KernelJob& MeasuredCosts::job_of(const Candidate& c) {

@@ -272,7 +272,7 @@ TEST_F(DeviceTest, FingerprintNamesTheDeviceOnlyWhereOneIsUsed) {
                                     with_devices(machine, {&device}).fingerprint()));
   // A kernel's key likewise.
   Graph sub = extract_subgraph(g, {1});
-  KernelKey k_dev = kernel_key(sub, on_device({1}), machine, 0);
+  KernelKey k_dev = kernel_key(sub, on_device({1}), machine, {});
   Hardware hw = with_devices(machine, {&device});
   hw.threads = 1;
   EXPECT_EQ(k_dev.key, CostDb::make_key(k_dev.text, "test-device", "1", hw.fingerprint()));

@@ -16,6 +16,7 @@
 #include "plan/hardware.h"
 #include "search/cost_db.h"
 #include "search/graph_level_search.h"
+#include "search/isolated_measurer.h"
 #include "search/measure.h"
 #include "search/measured_costs.h"
 #include "search/op_level_search.h"
@@ -443,6 +444,50 @@ TEST(CachePressure, ACandidateIsTimedAfterWhatTheRestOfTheModelReads) {
   EXPECT_EQ(pressure.evict_bytes({2}), 16 * kMiB);
   EXPECT_EQ(pressure.evict_bytes({0, 3}), 16 * kMiB);  // w1 once: 9 MiB left, not 1
   EXPECT_EQ(pressure.evict_bytes({0, 1, 3}), 1 * kMiB);
+  // Other kernels run between two calls of any part, even one after which the rest reads
+  // under 1 MiB; nothing between two runs of the whole model.
+  EXPECT_FALSE(pressure.between_runs({0, 1, 2, 3}).other_kernels);
+  EXPECT_TRUE(pressure.between_runs({0, 1, 2}).other_kernels);
+  EXPECT_EQ(pressure.between_runs({0, 1, 2}).read_bytes, 0u);  // node 3 reads only w1
+  EXPECT_TRUE(pressure.between_runs({0}).other_kernels);
+  EXPECT_EQ(pressure.between_runs({0}).read_bytes, 16 * kMiB);
+}
+
+// A part of a tiny model (no eviction) is timed after other kernels, the whole model after
+// nothing: two measurements, two records, and the worker is told which (measure_request).
+TEST_F(CostDbTest, APartIsTimedAfterOtherKernelsTheWholeModelAfterNothing) {
+  Graph whole = chain(2);
+  for (ValueId v = 0; v < static_cast<ValueId>(whole.num_values()); ++v)
+    whole.value(v).shape = {4096};
+  Graph longer = chain(3);
+  for (ValueId v = 0; v < static_cast<ValueId>(longer.num_values()); ++v)
+    longer.value(v).shape = {4096};
+  const Candidate first_two{{0, 1}, &BackendRegistry::global().get("reference"), "", 1};
+  const BetweenRuns alone = CachePressure(whole).between_runs(first_two.nodes);
+  const BetweenRuns in_longer = CachePressure(longer).between_runs(first_two.nodes);
+  EXPECT_FALSE(alone.other_kernels);
+  EXPECT_TRUE(in_longer.other_kernels);
+  EXPECT_EQ(in_longer.read_bytes, 0u);
+
+  const KernelJob a = kernel_job(whole, first_two, this_machine(1), alone);
+  const KernelJob b = kernel_job(longer, first_two, this_machine(1), in_longer);
+  EXPECT_EQ(canonical_text(a.subgraph), canonical_text(b.subgraph));
+  EXPECT_NE(a.key.key, b.key.key);
+  EXPECT_NE(b.key.text.find("other kernels between runs"), std::string::npos);
+  EXPECT_EQ(a.key.text.find("between runs"), std::string::npos);
+  EXPECT_NE(measure_request(b, first_two, MeasureOptions{}).find("\nother_kernels 1\n"),
+            std::string::npos);
+  EXPECT_EQ(measure_request(a, first_two, MeasureOptions{}).find("other_kernels"),
+            std::string::npos);
+
+  CostDb db((dir_ / "costs.db").string());
+  Measurer measurer(&db, this_machine(1), MeasureOptions{});
+  MeasureResult first = measurer.measure(whole, first_two);
+  ASSERT_TRUE(first.record.ok) << first.record.reason;
+  MeasureResult second = measurer.measure(longer, first_two);
+  ASSERT_TRUE(second.record.ok) << second.record.reason;
+  EXPECT_FALSE(second.cache_hit) << "a back-to-back cost answered for a part of a model";
+  EXPECT_EQ(db.size(), 2);
 }
 
 // An embedding table only Gathers read counts by the rows they read (a run never touches
