@@ -84,10 +84,9 @@ class CachePressure {
                          size_t last_level_cache_bytes = this_cpu().last_level_cache_bytes);
   // What runs between two timed runs of `nodes` of the model.
   BetweenRuns between_runs(const std::vector<NodeId>& nodes) const;
-  // The bytes to read before each timed run of `nodes` of the model.
+  // The bytes to read before each timed run of `nodes` of the model (no nodes: the whole
+  // model's traffic).
   size_t evict_bytes(const std::vector<NodeId>& nodes) const;
-  // The same for a kernel that reads none of the model's constants: the whole model's traffic.
-  size_t whole_model_bytes() const { return rounded(total_bytes_); }
 
  private:
   size_t rounded(size_t bytes) const;

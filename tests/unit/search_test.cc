@@ -400,7 +400,7 @@ Graph with_constant_bytes(size_t bytes) {
 
 // The eviction before a kernel that reads none of `model`'s constants.
 size_t whole_model_pressure(const Graph& model, size_t last_level_cache_bytes) {
-  return CachePressure(model, last_level_cache_bytes).whole_model_bytes();
+  return CachePressure(model, last_level_cache_bytes).evict_bytes({});
 }
 
 TEST(CachePressure, FollowsTheModelsConstantBytesAndEvictsTheLastLevelOnlyWhenItIsSmaller) {
@@ -437,7 +437,7 @@ TEST(CachePressure, ACandidateIsTimedAfterWhatTheRestOfTheModelReads) {
   b.output(b.add1("MatMul", {x, w1}));  // node 3 reads w1 too
   const Graph model = b.finish();
   const CachePressure pressure(model, 32 * kMiB);
-  EXPECT_EQ(pressure.whole_model_bytes(), 32 * kMiB);  // 17 MiB, rounded up
+  EXPECT_EQ(pressure.evict_bytes({}), 32 * kMiB);  // 17 MiB, rounded up
   EXPECT_EQ(pressure.evict_bytes({0, 1, 2, 3}), 0u);
   EXPECT_EQ(pressure.evict_bytes({0}), 16 * kMiB);    // w2 and w3: 9 MiB
   EXPECT_EQ(pressure.evict_bytes({0, 1}), 1 * kMiB);  // w3
