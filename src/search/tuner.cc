@@ -399,8 +399,16 @@ class Tuner {
                                       : c.predicted_ms) +
           predict_copies_ms(graph_, c.placement, model);
       predicted.push_back(c.timing.predicted_ms);
-      // The never-worse rule needs the tuned plan's time (in both schedules).
-      must.push_back(is_tuned(c.name));
+      c.side_by_side =
+          plan_record_key(graph_, c.placement, c.schedule_text, kPlanSideBySideRecord, machine_);
+      // The never-worse rule needs the tuned plan's time (in both schedules). A plan timed
+      // by an earlier tune costs nothing to compare: kept in, whatever its prediction, so a
+      // warm re-tune compares what the cold one did. (Predictions are of two cost models,
+      // confirmed costs for the tuned plan and first samples for the rest: after a recheck
+      // lowered the tuned plan's, a re-tune left out the single-backend plan the cold tune
+      // had written, and wrote another; seen in Tune.APredictionItsPlansTimeContradicts...)
+      const std::optional<CostRecord> timed_before = db_.find(c.side_by_side.key);
+      must.push_back(is_tuned(c.name) || (timed_before && timed_before->ok));
     }
     std::vector<bool> worth = worth_timing(predicted, must);
     // A single-backend plan can be the tuned plan itself (same placement, same cost-DB key):
@@ -414,8 +422,6 @@ class Tuner {
       if (!worth[i]) c.timing.not_timed_reason = "predicted over 3x the best";
       c.timing.measured_ms = std::numeric_limits<double>::quiet_NaN();
       if (!c.timing.timed) continue;
-      c.side_by_side =
-          plan_record_key(graph_, c.placement, c.schedule_text, kPlanSideBySideRecord, machine_);
       auto [it, fresh] = first_with_key.emplace(c.side_by_side.key, &c);
       if (fresh)
         timed.push_back(&c);
