@@ -190,6 +190,96 @@ def unet_model(opset):
     return build, opset, None
 
 
+class RMSNorm(torch.nn.Module):
+    """LLaMA's, T5's and Mistral's norm: x / sqrt(mean(x^2) + eps), scaled; no mean taken
+    away, no shift. Exports as Pow/ReduceMean/Add/Sqrt/Div/Mul."""
+
+    def __init__(self, hidden, eps=1e-6):
+        super().__init__()
+        self.weight = torch.nn.Parameter(1 + 0.1 * torch.randn(hidden))
+        self.eps = eps
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class DecoderLayer(torch.nn.Module):
+    """A LLaMA-style pre-norm layer: rotary position embeddings on queries and keys (Slice,
+    Neg, Concat, Mul, Add), a causal mask added to the scores, and a SwiGLU MLP
+    (silu(gate) * up, then down), no biases anywhere."""
+
+    def __init__(self, hidden, heads, ffn):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = hidden // heads
+        self.norm1 = RMSNorm(hidden)
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(hidden, hidden, bias=False)
+                                          for _ in range(4))
+        self.norm2 = RMSNorm(hidden)
+        self.gate = torch.nn.Linear(hidden, ffn, bias=False)
+        self.up = torch.nn.Linear(hidden, ffn, bias=False)
+        self.down = torch.nn.Linear(ffn, hidden, bias=False)
+
+    def split_heads(self, x):
+        b, s, _ = x.shape
+        return x.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x, cos, sin, mask):
+        h = self.norm1(x)
+        q, k, v = (self.split_heads(proj(h)) for proj in (self.q, self.k, self.v))
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        scores = torch.matmul(q, k.transpose(-1, -2)) / (self.head_dim ** 0.5) + mask
+        context = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2)
+        b, s, _, _ = context.shape
+        x = x + self.o(context.reshape(b, s, self.heads * self.head_dim))
+        h = self.norm2(x)
+        return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+class TinyLlama(torch.nn.Module):
+    """A LLaMA-style decoder: token embeddings, 2 decoder layers, a final RMSNorm and an
+    untied LM head; rotary tables and the causal mask are buffers sliced to the sequence."""
+
+    def __init__(self, vocab=1000, hidden=128, heads=4, layers=2, ffn=344, max_len=64):
+        super().__init__()
+        self.tokens = torch.nn.Embedding(vocab, hidden)
+        self.layers = torch.nn.ModuleList(DecoderLayer(hidden, heads, ffn) for _ in range(layers))
+        self.norm = RMSNorm(hidden)
+        self.head = torch.nn.Linear(hidden, vocab, bias=False)
+        head_dim = hidden // heads
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        angles = torch.outer(torch.arange(max_len).float(), inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)[None, None]
+        self.register_buffer("cos", angles.cos())
+        self.register_buffer("sin", angles.sin())
+        causal = torch.full((max_len, max_len), float("-inf")).triu(1)[None, None]
+        self.register_buffer("causal", causal)
+
+    def forward(self, input_ids):
+        seq = input_ids.shape[1]
+        cos, sin = self.cos[:, :, :seq], self.sin[:, :, :seq]
+        mask = self.causal[:, :, :seq, :seq]
+        x = self.tokens(input_ids)
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask)
+        return self.head(self.norm(x))
+
+
+def llama_model(opset):
+    def build():
+        model = TinyLlama().eval()
+        ids = torch.randint(0, 1000, (1, 32), dtype=torch.int64)
+        return model, (ids,), ["input_ids"], ["logits"]
+
+    return build, opset, None
+
+
 def randomize_layernorm(model):
     # LayerNorm defaults (weight 1, bias 0) would hide a kernel that drops the affine part.
     with torch.no_grad():
@@ -256,6 +346,7 @@ MODELS = {
     "bert_opset17": bert_model(17),
     "einsum_block": einsum_model(13),
     "unet_block": unet_model(13),
+    "llama_block": llama_model(14),
 }
 
 # Ops each export must (or must not) contain, so a silent change in the exporter cannot
@@ -268,9 +359,12 @@ REQUIRED_OPS = {
     "bert_opset17": {"Gather", "MatMul", "Softmax", "Erf", "LayerNormalization", "Tanh"},
     "einsum_block": {"Einsum", "Softmax"},
     "unet_block": {"Resize", "Conv", "Concat", "Add"},
+    "llama_block": {"Gather", "MatMul", "Softmax", "Pow", "ReduceMean", "Sqrt", "Neg", "Concat",
+                    "Sigmoid"},
 }
 FORBIDDEN_OPS = {
     "bert_opset13": {"LayerNormalization"},
+    "llama_block": {"LayerNormalization"},
 }
 
 
