@@ -39,8 +39,9 @@ std::string backend_version() {
   // Concat takes the first layout with an optimized kernel; DepthToSpace/SpaceToDepth;
   // InstanceNormalization of N images (norm_kernel.cc). 22: the Winograd variants of a conv
   // with a residual Add are collage's channels-last Winograd (the Add in its output
-  // transform), no longer oneDNN's nChw16c kernel (winograd_conv.h).
-  constexpr int kKernelRevision = 22;
+  // transform), no longer oneDNN's nChw16c kernel (winograd_conv.h). 23: the exported RMSNorm
+  // is one step, in groups and regions (norm_kernel.cc).
+  constexpr int kKernelRevision = 23;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

@@ -175,6 +175,7 @@ void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algo
   if (squeeze_excite_group(sub)) return emit_squeeze_excite(sub, values);
   // A ReduceMean heading more nodes is a LayerNorm decomposition, not a global pooling.
   if (t == "ReduceMean" && sub.num_nodes() > 1) return emit_norm(sub, values);
+  if (t == "Pow" && rms_norm_group(sub)) return emit_rms_norm(sub, values);
   if ((t == "Reshape" && sub.num_nodes() == 3) || layout_head(sub, first))
     return emit_layout(sub, values);
   if (t == "Where") return emit_select(sub, values);

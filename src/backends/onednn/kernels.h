@@ -156,4 +156,26 @@ struct LayerNormSpec {
 };
 std::optional<LayerNormSpec> match_layer_norm(const Graph& graph, const std::vector<NodeId>& nodes);
 
+// The exported RMSNorm of LLaMA, Mistral, Gemma and T5 (Pow 2 -> ReduceMean -> Add eps -> Sqrt
+// -> Div(1, .) or Reciprocal -> Mul with x, or Sqrt -> Div(x, .) [-> Mul gamma]) over the
+// last axis, when `nodes` of `graph` are exactly that. oneDNN 2.6's layer normalization has
+// no RMS form: it runs as one step of collage's code (kRmsNormStep), one pass over each row
+// for the sum of squares and one to scale it, where the exported form took five primitives
+// (0.11 ms a layer in a 768-wide decoder at 128 tokens, docs/DESIGN.md).
+struct RmsNormSpec {
+  ValueId x = kNoValue, out = kNoValue;
+  ValueId gamma = kNoValue;  // a constant along the last axis, or kNoValue
+  float epsilon = 0;
+};
+std::optional<RmsNormSpec> match_rms_norm(const Graph& graph, const std::vector<NodeId>& nodes);
+// Whether all of `subgraph` is one RMSNorm.
+bool rms_norm_group(const Graph& subgraph);
+// The nodes (sorted) of the exported RMSNorm that Pow node `pow` heads, with its optional
+// scale, each interior value read inside it alone (a region's group).
+std::optional<std::vector<NodeId>> rms_norm_nodes(const Graph& g,
+                                                  const std::vector<std::vector<NodeId>>& consumers,
+                                                  NodeId pow);
+void emit_rms_norm(const Graph& subgraph, ValueMemories& values);
+inline constexpr const char* kRmsNormStep = "collage:rms_norm";
+
 }  // namespace collage::onednn

@@ -1,9 +1,13 @@
 // Normalizations: BatchNormalization (inference statistics, optional fused Relu),
 // InstanceNormalization and LRN (any layout, inside regions too),
 // LayerNormalization (the op, and the ReduceMean/Sub/Pow/... decomposition opset-13
-// exporters emit), Softmax and LogSoftmax. All on row-major data.
+// exporters emit), the exported RMSNorm (one step of collage's code), Softmax and
+// LogSoftmax. All on row-major data.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <span>
 
@@ -349,6 +353,54 @@ bool last_axis_constant(const Graph& g, ValueId v, const Shape& xs) {
   return p.empty() || p.back() == xs.back() || p.back() == 1;
 }
 
+// An RMSNorm over rows of `n` floats: y = x / sqrt(mean(x^2) + eps) [* gamma], each row in
+// two passes while it is in cache (the sum of squares, then the scaling).
+class RmsNormStep {
+ public:
+  RmsNormStep(int64_t rows, int64_t n, float epsilon, std::vector<float> gamma)
+      : rows_(rows), n_(n), epsilon_(epsilon), gamma_(std::move(gamma)) {}
+
+  dnnl_status_t run(const float* x, float* y) const {
+    // On the calling thread alone inside a team (a lane of a concurrent stage) and for small
+    // tensors: a fork/join of the OpenMP team (2-4 us here) costs more than a 32 x 128
+    // RMSNorm's arithmetic (~1 us).
+    const int team =
+        omp_in_parallel() || rows_ * n_ < kParallelFloats ? 1 : std::max(1, omp_get_max_threads());
+    if (team == 1) {
+      for (int64_t r = 0; r < rows_; ++r) row(x + r * n_, y + r * n_);
+      return dnnl_success;
+    }
+#pragma omp parallel for num_threads(team) schedule(static)
+    for (int64_t r = 0; r < rows_; ++r) row(x + r * n_, y + r * n_);
+    return dnnl_success;
+  }
+
+ private:
+  static constexpr int64_t kParallelFloats = 32 * 1024;
+  static constexpr int kLanes = 16;  // partial sums GCC keeps in one AVX-512 register
+
+  void row(const float* x, float* y) const {
+    float part[kLanes] = {};
+    const int64_t body = n_ - n_ % kLanes;
+    for (int64_t j = 0; j < body; j += kLanes)
+      for (int l = 0; l < kLanes; ++l) part[l] += x[j + l] * x[j + l];
+    float sum = 0;
+    for (int l = 0; l < kLanes; ++l) sum += part[l];
+    for (int64_t j = body; j < n_; ++j) sum += x[j] * x[j];
+    const float scale = 1.0f / std::sqrt(sum / static_cast<float>(n_) + epsilon_);
+    if (gamma_.empty()) {
+      for (int64_t j = 0; j < n_; ++j) y[j] = x[j] * scale;
+    } else {
+      const float* g = gamma_.data();
+      for (int64_t j = 0; j < n_; ++j) y[j] = x[j] * scale * g[j];
+    }
+  }
+
+  int64_t rows_, n_;
+  float epsilon_;
+  std::vector<float> gamma_;  // n values, or empty
+};
+
 void emit_layer_norm_decomposition(const Graph& sub, ValueMemories& values) {
   std::vector<NodeId> all(sub.num_nodes());
   std::iota(all.begin(), all.end(), 0);
@@ -415,6 +467,100 @@ std::optional<LayerNormSpec> match_layer_norm(const Graph& g, const std::vector<
   return spec;
 }
 
+std::optional<RmsNormSpec> match_rms_norm(const Graph& g, const std::vector<NodeId>& nodes) {
+  if (nodes.empty()) return std::nullopt;
+  std::vector<NodeId> sorted = nodes;
+  std::sort(sorted.begin(), sorted.end());
+  const Node& last = g.node(sorted.back());
+  if (last.outputs.empty()) return std::nullopt;
+  RmsNormSpec spec;
+  spec.out = last.outputs[0];
+  ValueId v = spec.out;
+  size_t count = 5;  // Pow, ReduceMean, Add, Sqrt, and the Div that divides x or inverts
+  // Walk back from the last node: [Mul gamma] <- Div(x, sqrt) or Mul(x, inverse of sqrt).
+  if (const Node* mul = producer_in(g, sorted, v, "Mul"); mul && mul->inputs.size() == 2) {
+    const bool first = g.value(mul->input(0)).is_constant();
+    if (first || g.value(mul->input(1)).is_constant()) {
+      spec.gamma = mul->inputs[first ? 0 : 1];
+      v = mul->inputs[first ? 1 : 0];
+      ++count;
+    }
+  }
+  const Node* sqrt = nullptr;
+  if (const Node* div = producer_in(g, sorted, v, "Div")) {
+    spec.x = div->input(0);
+    sqrt = producer_in(g, sorted, div->input(1), "Sqrt");
+  } else if (const Node* mul = producer_in(g, sorted, v, "Mul"); mul && mul->inputs.size() == 2) {
+    ++count;
+    for (size_t i = 0; i < 2 && !sqrt; ++i) {
+      const Node* inverse = producer_in(g, sorted, mul->inputs[i], "Reciprocal");
+      ValueId root = inverse ? inverse->input(0) : kNoValue;
+      if (const Node* div = producer_in(g, sorted, mul->inputs[i], "Div");
+          div && scalar(g, div->input(0)) == 1.0f) {
+        inverse = div;
+        root = div->input(1);
+      }
+      if (!inverse) continue;
+      spec.x = mul->inputs[1 - i];
+      sqrt = producer_in(g, sorted, root, "Sqrt");
+    }
+  }
+  if (!sqrt || sorted.size() != count) return std::nullopt;
+  const Node* add = producer_in(g, sorted, sqrt->input(0), "Add");
+  if (!add || add->inputs.size() != 2) return std::nullopt;
+  const bool eps_first = g.value(add->inputs[0]).is_constant();
+  const std::optional<float> eps = scalar(g, add->inputs[eps_first ? 0 : 1]);
+  const Node* mean = producer_in(g, sorted, add->inputs[eps_first ? 1 : 0], "ReduceMean");
+  if (!eps || !mean || !mean_over_last_axis(g, *mean)) return std::nullopt;
+  const Node* pow = producer_in(g, sorted, mean->input(0), "Pow");
+  if (!pow || pow->input(0) != spec.x || scalar(g, pow->input(1)) != 2.0f) return std::nullopt;
+  spec.epsilon = *eps;
+  const Shape& xs = g.value(spec.x).shape;
+  if (xs.empty() || xs.back() <= 0 || g.value(spec.x).dtype != DType::kFloat32 ||
+      g.value(spec.out).shape != xs)
+    return std::nullopt;
+  if (spec.gamma != kNoValue && !last_axis_constant(g, spec.gamma, xs)) return std::nullopt;
+  return spec;
+}
+
+bool rms_norm_group(const Graph& sub) {
+  std::vector<NodeId> all(sub.num_nodes());
+  std::iota(all.begin(), all.end(), 0);
+  const std::optional<RmsNormSpec> spec = match_rms_norm(sub, all);
+  return spec && sub.outputs == std::vector<ValueId>{spec->out};
+}
+
+void emit_rms_norm(const Graph& sub, ValueMemories& values) {
+  std::vector<NodeId> all(sub.num_nodes());
+  std::iota(all.begin(), all.end(), 0);
+  const std::optional<RmsNormSpec> spec = match_rms_norm(sub, all);
+  if (!spec) fail(ErrorKind::kUnsupported, "onednn: not an RMSNorm decomposition it knows");
+  if (sub.outputs != std::vector<ValueId>{spec->out})
+    fail(ErrorKind::kUnsupported, "onednn: RMSNorm's interior values are read outside");
+  const Shape& xs = sub.value(spec->x).shape;
+  const int64_t n = xs.back();
+  std::vector<float> gamma;
+  if (spec->gamma != kNoValue) {
+    const std::span<const float> g = sub.value(spec->gamma).constant.span<float>();
+    if (static_cast<int64_t>(g.size()) == n)
+      gamma.assign(g.begin(), g.end());
+    else
+      gamma.assign(n, g[0]);  // one value for the whole row (last_axis_constant)
+  }
+  const dnnl::memory::desc md = plain_md(xs);
+  const dnnl::memory src = values.read(spec->x, md);
+  const dnnl::memory dst = values.destination(spec->out, md);
+  auto step =
+      std::make_shared<const RmsNormStep>(shape_numel(xs) / n, n, spec->epsilon, std::move(gamma));
+  values.program().add_custom(kRmsNormStep,
+                              [step](const dnnl_exec_arg_t* args, int count) {
+                                return step->run(custom_step_data(args, count, DNNL_ARG_SRC),
+                                                 custom_step_data(args, count, DNNL_ARG_DST));
+                              },
+                              {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+  values.produced(spec->out, dst);
+}
+
 void emit_norm(const Graph& sub, ValueMemories& values) {
   const std::string& type = sub.node(0).op_type;
   if (type == "LayerNormalization") return emit_layer_norm_op(sub, values);
@@ -463,6 +609,28 @@ std::optional<std::vector<NodeId>> layer_norm_nodes(
     std::vector<NodeId> sorted = *it;
     std::sort(sorted.begin(), sorted.end());
     if (match_layer_norm(g, sorted)) return sorted;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::vector<NodeId>> rms_norm_nodes(const Graph& g,
+                                                  const std::vector<std::vector<NodeId>>& consumers,
+                                                  NodeId pow) {
+  // Forward from the Pow: ReduceMean -> Add eps -> Sqrt -> Div(x, .), or Div(1, .) or
+  // Reciprocal -> Mul with x; [-> Mul gamma]; each value read only where it goes next.
+  auto only_reader = [&](ValueId v) -> NodeId {
+    if (v == kNoValue || consumers[v].size() != 1 || is_graph_output(g, v)) return -1;
+    return g.node(consumers[v][0]).domain.empty() ? consumers[v][0] : -1;
+  };
+  auto next = [&](NodeId n) { return n < 0 ? -1 : only_reader(g.node(n).outputs[0]); };
+  if (g.node(pow).op_type != "Pow" || g.node(pow).outputs.empty()) return std::nullopt;
+  std::vector<NodeId> nodes = {pow};
+  for (NodeId n = next(pow); n >= 0 && nodes.size() < 7; n = next(n)) nodes.push_back(n);
+  // The longest prefix that is an RMSNorm: with its scale, without, or none.
+  for (size_t size = nodes.size(); size >= 5; --size) {
+    std::vector<NodeId> prefix(nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(size));
+    std::sort(prefix.begin(), prefix.end());
+    if (match_rms_norm(g, prefix)) return prefix;
   }
   return std::nullopt;
 }

@@ -44,6 +44,24 @@ bool layer_norm_check(const Graph& g, const Match& m) {
   return match_layer_norm(g, m.nodes).has_value() && boundary_of(g, m.nodes).outputs.size() == 1;
 }
 
+// x / sqrt(mean(x^2) + eps) as exporters write RMSNorm: Div(1, .) or Reciprocal and a Mul
+// with x (torch.rsqrt), or Div(x, .); then an optional scale.
+Pattern rms_norm_pattern() {
+  Pattern mean_square = op("ReduceMean", {op("Pow", {any(), constant()})});
+  Pattern root =
+      op("Sqrt", {op("Add", {mean_square, constant()}) | op("Add", {constant(), mean_square})});
+  Pattern inverse = op("Div", {constant(), root}) | op("Reciprocal", {root});
+  Pattern norm =
+      op("Mul", {any(), inverse}) | op("Mul", {inverse, any()}) | op("Div", {any(), root});
+  return optional(norm, [](const Pattern& p) {
+    return op("Mul", {p, constant()}) | op("Mul", {constant(), p});
+  });
+}
+
+bool rms_norm_check(const Graph& g, const Match& m) {
+  return match_rms_norm(g, m.nodes).has_value() && boundary_of(g, m.nodes).outputs.size() == 1;
+}
+
 bool shuffle_check(const Graph& g, const Match& m) {
   if (m.nodes.size() != 3) return false;
   std::optional<std::vector<NodeId>> rest = channel_shuffle(g, g.consumers(), m.nodes[0]);
@@ -118,6 +136,7 @@ class OnednnBackend : public Backend {
         {"Binary", op_in(binary_ops()).where(elementwise, "float32, one operand broadcast"), {}},
         {"GeluErf", gelu_pattern(), gelu_check},
         {"LayerNormDecomposition", layer_norm_pattern(), layer_norm_check},
+        {"RMSNormDecomposition", rms_norm_pattern(), rms_norm_check},
         {"Concat", op("Concat").where(layout, "float32"), {}},
         {"Slice",
          op_in({"Slice", "Split", "Gather"})
@@ -215,6 +234,7 @@ class OnednnBackend : public Backend {
       if (t == "Conv" || t == "ConvTranspose")
         return compile_conv(subgraph, options.variant == kWinograd ? ConvAlgorithm::kWinograd
                                                                    : ConvAlgorithm::kDirect);
+      if (t == "Pow" && rms_norm_group(subgraph)) return compile_group(subgraph, emit_rms_norm);
       if (const Family* f = family_of(t)) return f->compile(subgraph);
       return compile_elementwise(subgraph);
     } catch (const dnnl::error& e) {

@@ -141,6 +141,19 @@ class RegionCompiler {
         return group;
       }
     }
+    if (node.op_type == "Pow") {
+      // The exported RMSNorm it heads is one group (one step of collage's code).
+      if (std::optional<std::vector<NodeId>> rms = rms_norm_nodes(region_, consumers_, head);
+          rms && std::none_of(rms->begin(), rms->end(),
+                              [&](NodeId n) { return n != head && covered_[n]; })) {
+        std::vector<NodeId> rest;
+        for (NodeId n : *rms)
+          if (n != head) rest.push_back(n);
+        for (NodeId n : rest) covered_[n] = true;
+        group.steps.push_back(rest);
+        return group;
+      }
+    }
     if (is_view_op(node) || layout_head(region_, node) || node.op_type == "Where") return group;
     // Layer normalization and softmax take no post-ops (oneDNN 2.6).
     if (const Family* f = family_of(node.op_type); f && f->name == "norm") return group;
