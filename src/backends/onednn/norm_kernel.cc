@@ -353,6 +353,13 @@ bool last_axis_constant(const Graph& g, ValueId v, const Shape& xs) {
   return p.empty() || p.back() == xs.back() || p.back() == 1;
 }
 
+// Every node of `sub`, in order: an emitter's group is all of its subgraph.
+std::vector<NodeId> all_nodes(const Graph& sub) {
+  std::vector<NodeId> all(sub.num_nodes());
+  std::iota(all.begin(), all.end(), 0);
+  return all;
+}
+
 // An RMSNorm over rows of `n` floats: y = x / sqrt(mean(x^2) + eps) [* gamma], each row in
 // two passes while it is in cache (the sum of squares, then the scaling).
 class RmsNormStep {
@@ -402,9 +409,7 @@ class RmsNormStep {
 };
 
 void emit_layer_norm_decomposition(const Graph& sub, ValueMemories& values) {
-  std::vector<NodeId> all(sub.num_nodes());
-  std::iota(all.begin(), all.end(), 0);
-  std::optional<LayerNormSpec> spec = match_layer_norm(sub, all);
+  std::optional<LayerNormSpec> spec = match_layer_norm(sub, all_nodes(sub));
   if (!spec) fail(ErrorKind::kUnsupported, "onednn: not a LayerNorm decomposition it knows");
   if (sub.outputs != std::vector<ValueId>{spec->out})
     fail(ErrorKind::kUnsupported, "onednn: LayerNorm's interior values are read outside");
@@ -524,16 +529,12 @@ std::optional<RmsNormSpec> match_rms_norm(const Graph& g, const std::vector<Node
 }
 
 bool rms_norm_group(const Graph& sub) {
-  std::vector<NodeId> all(sub.num_nodes());
-  std::iota(all.begin(), all.end(), 0);
-  const std::optional<RmsNormSpec> spec = match_rms_norm(sub, all);
+  const std::optional<RmsNormSpec> spec = match_rms_norm(sub, all_nodes(sub));
   return spec && sub.outputs == std::vector<ValueId>{spec->out};
 }
 
 void emit_rms_norm(const Graph& sub, ValueMemories& values) {
-  std::vector<NodeId> all(sub.num_nodes());
-  std::iota(all.begin(), all.end(), 0);
-  const std::optional<RmsNormSpec> spec = match_rms_norm(sub, all);
+  const std::optional<RmsNormSpec> spec = match_rms_norm(sub, all_nodes(sub));
   if (!spec) fail(ErrorKind::kUnsupported, "onednn: not an RMSNorm decomposition it knows");
   if (sub.outputs != std::vector<ValueId>{spec->out})
     fail(ErrorKind::kUnsupported, "onednn: RMSNorm's interior values are read outside");

@@ -128,32 +128,24 @@ class RegionCompiler {
       group.steps.push_back(rest);
       return group;
     }
-    if (node.op_type == "ReduceMean") {
-      // The exported LayerNorm decomposition it heads is one group (one primitive).
-      if (std::optional<std::vector<NodeId>> ln = layer_norm_nodes(region_, consumers_, head);
-          ln && std::none_of(ln->begin(), ln->end(),
-                             [&](NodeId n) { return n != head && covered_[n]; })) {
-        std::vector<NodeId> rest;
-        for (NodeId n : *ln)
-          if (n != head) rest.push_back(n);
-        for (NodeId n : rest) covered_[n] = true;
-        group.steps.push_back(rest);
-        return group;
-      }
-    }
-    if (node.op_type == "Pow") {
-      // The exported RMSNorm it heads is one group (one step of collage's code).
-      if (std::optional<std::vector<NodeId>> rms = rms_norm_nodes(region_, consumers_, head);
-          rms && std::none_of(rms->begin(), rms->end(),
-                              [&](NodeId n) { return n != head && covered_[n]; })) {
-        std::vector<NodeId> rest;
-        for (NodeId n : *rms)
-          if (n != head) rest.push_back(n);
-        for (NodeId n : rest) covered_[n] = true;
-        group.steps.push_back(rest);
-        return group;
-      }
-    }
+    // A normalization's nodes that nothing took yet (the head aside) are one group: the
+    // exported LayerNorm decomposition its first ReduceMean heads (one primitive), the
+    // exported RMSNorm its Pow heads (one step of collage's code).
+    auto take_whole = [&](const std::optional<std::vector<NodeId>>& unit) {
+      if (!unit || std::any_of(unit->begin(), unit->end(),
+                               [&](NodeId n) { return n != head && covered_[n]; }))
+        return false;
+      std::vector<NodeId> rest;
+      for (NodeId n : *unit)
+        if (n != head) rest.push_back(n);
+      for (NodeId n : rest) covered_[n] = true;
+      group.steps.push_back(rest);
+      return true;
+    };
+    if (node.op_type == "ReduceMean" && take_whole(layer_norm_nodes(region_, consumers_, head)))
+      return group;
+    if (node.op_type == "Pow" && take_whole(rms_norm_nodes(region_, consumers_, head)))
+      return group;
     if (is_view_op(node) || layout_head(region_, node) || node.op_type == "Where") return group;
     // Layer normalization and softmax take no post-ops (oneDNN 2.6).
     if (const Family* f = family_of(node.op_type); f && f->name == "norm") return group;
