@@ -353,6 +353,13 @@ bool last_axis_constant(const Graph& g, ValueId v, const Shape& xs) {
   return p.empty() || p.back() == xs.back() || p.back() == 1;
 }
 
+// The node that reads `v` alone (in the default domain), where `v` is not a graph output;
+// else -1. A decomposed normalization's interior values have one.
+NodeId sole_reader(const Graph& g, const std::vector<std::vector<NodeId>>& consumers, ValueId v) {
+  if (v == kNoValue || consumers[v].size() != 1 || is_graph_output(g, v)) return -1;
+  return g.node(consumers[v][0]).domain.empty() ? consumers[v][0] : -1;
+}
+
 // Every node of `sub`, in order: an emitter's group is all of its subgraph.
 std::vector<NodeId> all_nodes(const Graph& sub) {
   std::vector<NodeId> all(sub.num_nodes());
@@ -575,9 +582,8 @@ std::optional<std::vector<NodeId>> layer_norm_nodes(
   // Forward from the first ReduceMean: Sub(x, mean) -> Pow 2 -> ReduceMean -> Add eps -> Sqrt
   // -> Div(centered, .) [-> Mul gamma] [-> Add beta], each value read only where it goes next.
   auto only_reader = [&](ValueId v, const char* type) -> NodeId {
-    if (v == kNoValue || consumers[v].size() != 1 || is_graph_output(g, v)) return -1;
-    const Node& n = g.node(consumers[v][0]);
-    return n.op_type == type && n.domain.empty() ? consumers[v][0] : -1;
+    const NodeId r = sole_reader(g, consumers, v);
+    return r >= 0 && g.node(r).op_type == type ? r : -1;
   };
   const Node& m = g.node(mean);
   if (m.op_type != "ReduceMean" || m.outputs.empty() || !mean_over_last_axis(g, m))
@@ -619,11 +625,9 @@ std::optional<std::vector<NodeId>> rms_norm_nodes(const Graph& g,
                                                   NodeId pow) {
   // Forward from the Pow: ReduceMean -> Add eps -> Sqrt -> Div(x, .), or Div(1, .) or
   // Reciprocal -> Mul with x; [-> Mul gamma]; each value read only where it goes next.
-  auto only_reader = [&](ValueId v) -> NodeId {
-    if (v == kNoValue || consumers[v].size() != 1 || is_graph_output(g, v)) return -1;
-    return g.node(consumers[v][0]).domain.empty() ? consumers[v][0] : -1;
+  auto next = [&](NodeId n) {
+    return n < 0 ? -1 : sole_reader(g, consumers, g.node(n).outputs[0]);
   };
-  auto next = [&](NodeId n) { return n < 0 ? -1 : only_reader(g.node(n).outputs[0]); };
   if (g.node(pow).op_type != "Pow" || g.node(pow).outputs.empty()) return std::nullopt;
   std::vector<NodeId> nodes = {pow};
   for (NodeId n = next(pow); n >= 0 && nodes.size() < 7; n = next(n)) nodes.push_back(n);
