@@ -46,6 +46,14 @@ struct TuneOptions {
   // How long a claimed measurement job stays ours without renewal (renewed every third of
   // it while we live): a tuner or worker that dies leaves its jobs to others after this.
   double lease_s = 30;
+  // The most seconds a tune waits, in all, for the machine to leave a slow window before
+  // the timings it keeps (confirmations, rechecks, the side-by-side rounds), at most half
+  // of it before one phase: a fixed probe is read against its calm time in this tune
+  // (docs/DESIGN.md, "Slow windows"). 0: never probe, never wait.
+  double calm_wait_s = 20;
+  // One reading of the machine's speed for that wait, in milliseconds of a fixed piece of
+  // work; empty: collage's own probe (search/calm_wait.h). Tests script it.
+  std::function<double()> speed_probe;
 };
 
 struct PlanTiming {
@@ -68,6 +76,15 @@ struct PlanTiming {
   int rounds = 0;
 };
 
+// A phase of the tune that found the machine slow (TuneOptions::calm_wait_s).
+struct SlowWindowWait {
+  std::string phase;          // "confirming", "rechecking" or "comparing"
+  double slowdown = 1;        // the probe's reading over its calm time when the phase came
+  double waited_s = 0;        // slept before going on
+  double slowdown_after = 1;  // the last reading over the calm time
+  bool calm_after = true;     // false: the bound ran out with the machine still slow
+};
+
 struct BackendShare {
   std::string backend;
   size_t nodes = 0;
@@ -88,6 +105,9 @@ struct TuneResult {
   size_t plans_timed = 0;     // whole plans timed end to end (the rest came from the cost DB)
   int concurrent_stages = 0;  // in the tuned placement's chosen schedule
   std::vector<std::string> failures;  // one line per failed candidate
+  // The phases that found the machine slow, and how long they waited (at most calm_wait_s in
+  // all); empty on a calm machine.
+  std::vector<SlowWindowWait> slow_windows;
   std::string cost_db_path;
   double seconds = 0;
 };

@@ -118,7 +118,7 @@ Optimizer optimizer_from(const std::string& name) {
 PlanHandle tune(const py::object& path, const py::object& output, const py::object& backends,
                 double budget, const py::object& cost_db, int threads, const py::object& progress,
                 const std::optional<std::map<std::string, int64_t>>& dims,
-                const std::string& optimizer, bool isolate, bool distributed) {
+                const std::string& optimizer, bool isolate, bool distributed, double calm_wait) {
   PlanHandle handle;
   std::string model_path = fspath(path);
   handle.model = std::filesystem::absolute(model_path).string();
@@ -130,6 +130,9 @@ PlanHandle tune(const py::object& path, const py::object& output, const py::obje
   options.threads = threads;
   options.isolate = isolate;
   options.distributed = distributed;
+  if (!(calm_wait >= 0))
+    fail(ErrorKind::kInvalidArgument, "calm_wait must be >= 0 seconds, got {}", calm_wait);
+  options.calm_wait_s = calm_wait;
   // A path (str or os.PathLike) or a postgresql:// URL (os.fspath passes a str through).
   if (!cost_db.is_none()) options.cost_db_path = fspath(cost_db);
   if (py::isinstance<py::str>(backends)) {
@@ -240,6 +243,20 @@ void bind_plan(py::module_& m) {
                            t.timed ? fmt::format("{:.3f} ms", t.measured_ms) : "not timed");
       });
 
+  py::class_<SlowWindowWait>(m, "SlowWindowWait",
+                             "A phase of tune that found the machine slow, and what it waited.")
+      .def_readonly("phase", &SlowWindowWait::phase, "'confirming', 'rechecking' or 'comparing'")
+      .def_readonly("slowdown", &SlowWindowWait::slowdown,
+                    "the chosen plan's time over its calm time when the phase came")
+      .def_readonly("waited_s", &SlowWindowWait::waited_s)
+      .def_readonly("slowdown_after", &SlowWindowWait::slowdown_after)
+      .def_readonly("calm_after", &SlowWindowWait::calm_after,
+                    "False: the wait's bound ran out with the machine still slow")
+      .def("__repr__", [](const SlowWindowWait& w) {
+        return fmt::format("<collage.SlowWindowWait before {}: {:.2f}x, waited {:.1f} s>", w.phase,
+                           w.slowdown, w.waited_s);
+      });
+
   py::class_<TuneResult, std::shared_ptr<TuneResult>>(m, "TuneReport",
                                                       "What collage.tune measured and decided.")
       .def_readonly("winner", &TuneResult::winner, "'tuned' or the single backend that won")
@@ -255,6 +272,8 @@ void bind_plan(py::module_& m) {
       .def_readonly("genomes_evaluated", &TuneResult::genomes_evaluated)
       .def_readonly("plans_timed", &TuneResult::plans_timed)
       .def_readonly("step_overhead_ms", &TuneResult::step_overhead_ms)
+      .def_readonly("slow_windows", &TuneResult::slow_windows,
+                    "the phases that waited for a slow window to pass (empty when calm)")
       .def_readonly("cost_db", &TuneResult::cost_db_path)
       .def_readonly("seconds", &TuneResult::seconds);
 
@@ -316,7 +335,7 @@ the plan was tuned from).)doc")
         py::arg("backends") = py::none(), py::arg("budget") = 60.0, py::arg("cost_db") = py::none(),
         py::arg("threads") = 0, py::arg("progress") = true, py::kw_only(),
         py::arg("dims") = py::none(), py::arg("optimizer") = "two-level", py::arg("isolate") = true,
-        py::arg("distributed") = false,
+        py::arg("distributed") = false, py::arg("calm_wait") = 20.0,
         R"doc(
 Finds the fastest placement of the model at `path` on this machine and returns it (a Plan).
 
@@ -334,6 +353,9 @@ isolate:  measure candidates in a `collage measure-worker` process, so one that 
           fails alone (needs the collage CLI beside the module).
 distributed: publish the candidates as jobs in the cost database for `collage
           measure-worker --cost-db URL` processes to measure (the CLI's tune --distributed).
+calm_wait: the most seconds to wait, in all, for the machine to leave a slow window (the
+          chosen plan running over 1.25x its calm time) before the timings the tune keeps;
+          0: never (the CLI's --calm-wait). tuning.slow_windows says what was waited.
 The GIL is released while it runs; Ctrl-C raises KeyboardInterrupt.)doc");
 }
 

@@ -1,6 +1,6 @@
 // collage tune MODEL.onnx -o PLAN.json [--backends a,b,c] [--optimizer op-level|two-level]
 //                         [--budget S] [--cost-db PATH|URL] [--threads N] [--json]
-//                         [--distributed [--claim-timeout S]] [--lease S]
+//                         [--distributed [--claim-timeout S]] [--lease S] [--calm-wait S]
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -32,6 +32,7 @@ struct TuneCommandOptions {
   bool distributed = false;
   double claim_timeout = 10;
   double lease = 30;
+  double calm_wait = 20;
 };
 
 void print_result(const TuneResult& r) {
@@ -52,6 +53,15 @@ void print_result(const TuneResult& r) {
         "schedule: {} stages run independent steps at once, each on a share of the threads "
         "(\"tuned-sequential\" below is the same placement one step at a time)\n",
         r.concurrent_stages);
+  for (const SlowWindowWait& w : r.slow_windows)
+    fmt::print(
+        "slow machine before {}: a fixed probe read {:.2f}x its calm time in this tune; waited "
+        "{:.1f} s{}\n",
+        w.phase, w.slowdown, w.waited_s,
+        !w.calm_after
+            ? fmt::format(", still {:.2f}x (the --calm-wait bound): these timings may read slow",
+                          w.slowdown_after)
+            : fmt::format(" until it read {:.2f}x", w.slowdown_after));
   fmt::print("\nplacement of the winning plan ({}):\n", r.winner);
   fmt::print("  {:<16} {:>6} {:>12} {:>8}\n", "backend", "nodes", "cost ms", "share");
   double total = 0;
@@ -100,6 +110,13 @@ nlohmann::json result_json(const TuneResult& r, const std::string& plan_path) {
   nlohmann::json placement = nlohmann::json::array();
   for (const auto& s : r.shares)
     placement.push_back({{"backend", s.backend}, {"nodes", s.nodes}, {"cost_ms", s.cost_ms}});
+  nlohmann::json slow_windows = nlohmann::json::array();
+  for (const SlowWindowWait& w : r.slow_windows)
+    slow_windows.push_back({{"phase", w.phase},
+                            {"slowdown", w.slowdown},
+                            {"waited_s", w.waited_s},
+                            {"slowdown_after", w.slowdown_after},
+                            {"calm_after", w.calm_after}});
   nlohmann::json timings = nlohmann::json::array();
   for (const auto& t : r.timings)
     timings.push_back(
@@ -132,6 +149,7 @@ nlohmann::json result_json(const TuneResult& r, const std::string& plan_path) {
           {"generations", r.generations},
           {"genomes_evaluated", r.genomes_evaluated},
           {"plans_timed", r.plans_timed},
+          {"slow_windows", slow_windows},
           {"cost_db", r.cost_db_path}};
 }
 
@@ -154,6 +172,7 @@ int run_tune(const TuneCommandOptions& o) {
   options.distributed = o.distributed;
   options.claim_timeout_s = o.claim_timeout;
   options.lease_s = o.lease;
+  options.calm_wait_s = o.calm_wait;
   ProgressBar bar;
   options.progress = [&](const TuneProgress& p) { bar.update(p); };
   TuneResult result = tune(graph, options);
@@ -212,6 +231,11 @@ Action add_tune_command(CLI::App& app) {
                   "that dies leaves its jobs to others after this)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--calm-wait", o->calm_wait,
+                  "the most seconds to wait, in all, for this machine to leave a slow window "
+                  "(read by a fixed probe) before the timings the tune keeps; 0: never wait")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   return [o] { return run_tune(*o); };
 }
 

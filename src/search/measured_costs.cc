@@ -300,8 +300,10 @@ double MeasuredCosts::confirmed_cost_ms(const Candidate& candidate) {
       recheck && recheck->ok)
     return confirmed_memo_[memo] = recheck->milliseconds;
   auto sample = [&](const std::string& mark) {
-    return find_or_measure(db_, sample_key(job, mark), kConfirmationRecord, job.hardware,
-                           [&] { return measurer_.measure_now(job, candidate); });
+    return find_or_measure(db_, sample_key(job, mark), kConfirmationRecord, job.hardware, [&] {
+      if (before_kept_sample_) before_kept_sample_("confirming");
+      return measurer_.measure_now(job, candidate);
+    });
   };
   const CostRecord second = sample("confirmation");
   // A kernel that ran once and fails now (a flaky build) keeps its first cost: the plan was
@@ -326,8 +328,10 @@ double MeasuredCosts::recheck_cost_ms(const Candidate& candidate) {
   if (!std::isfinite(confirmed)) return confirmed;
   const KernelJob job = new_job(candidate);
   const CostRecord recheck =
-      find_or_measure(db_, sample_key(job, "recheck"), kConfirmationRecord, job.hardware,
-                      [&] { return measurer_.measure_now(job, candidate); });
+      find_or_measure(db_, sample_key(job, "recheck"), kConfirmationRecord, job.hardware, [&] {
+        if (before_kept_sample_) before_kept_sample_("rechecking");
+        return measurer_.measure_now(job, candidate);
+      });
   // A kernel that fails now keeps its confirmed cost, as a failed confirmation does.
   if (!recheck.ok) return confirmed;
   const MemoKey memo{candidate.backend, candidate.variant, candidate.threads, candidate.nodes};

@@ -78,6 +78,12 @@ class MeasuredCosts : public CostModel {
   // time and its kernels' really differ (a cost the sum does not model), it agrees with the
   // old ones and the prediction stays off, as it should.
   double recheck_cost_ms(const Candidate& candidate);
+  // Called right before a confirmation or recheck is sampled (not when the cost DB has it),
+  // with "confirming" or "rechecking": the tuner waits out a slow window there
+  // (search/calm_wait.h).
+  void before_kept_sample(std::function<void(const char* phase)> hook) {
+    before_kept_sample_ = std::move(hook);
+  }
   double step_overhead_ms() override;
   double stage_overhead_ms() override;
   // Measured once per device, direction and size, kept in the cost DB.
@@ -137,6 +143,7 @@ class MeasuredCosts : public CostModel {
   double step_overhead_ms_ = -1, stage_overhead_ms_ = -1;
   std::map<std::tuple<const Device*, bool, size_t>, double> copy_ms_;
   MeasureStats stats_;
+  std::function<void(const char*)> before_kept_sample_;
 };
 
 // Whether a plan's time end to end (`measured_ms`) contradicts its prediction, the sum of

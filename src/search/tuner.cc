@@ -16,8 +16,10 @@
 #include "collage/tune.h"
 #include "plan/hardware.h"
 #include "runtime/executor.h"
+#include "runtime/interleaved_timing.h"
 #include "runtime/partitioner.h"
 #include "runtime/threads.h"
+#include "search/calm_wait.h"
 #include "search/candidates.h"
 #include "search/cost_db.h"
 #include "search/graph_level_search.h"
@@ -58,6 +60,9 @@ class Tuner {
         costs_(graph, db_, machine_, threads_, options.isolate, options.isolate_timeout_s,
                queue_options(options)) {
     result_.cost_db_path = db_.path();
+    costs_.before_kept_sample([this](const char* phase) {
+      if (calm_) calm_->wait_until_calm(phase);
+    });
   }
 
   TuneResult run() {
@@ -66,6 +71,7 @@ class Tuner {
     Placement tuned = search_op_level();
     if (options_.optimizer == Optimizer::kTwoLevel) tuned = search_graph_level(std::move(tuned));
     compare_and_pick(std::move(tuned));
+    if (calm_) result_.slow_windows = calm_->waits();
     result_.seconds = seconds_since(start_);
     return std::move(result_);
   }
@@ -151,6 +157,11 @@ class Tuner {
     return "";
   }
 
+  RecordKey fitness_key(const ScheduledPlan& scheduled) {
+    return plan_record_key(graph_, scheduled.placement, scheduled.text(), kPlanFitnessRecord,
+                           machine_);
+  }
+
   // A placement's latency with its schedule, timed alone (a genome's fitness), through the
   // cost DB.
   CostRecord fitness_of(const Placement& placement) {
@@ -160,8 +171,7 @@ class Tuner {
     } catch (const Error& e) {
       return CostRecord::failure(e.what());
     }
-    RecordKey key = plan_record_key(graph_, scheduled.placement, scheduled.text(),
-                                    kPlanFitnessRecord, machine_);
+    const RecordKey key = fitness_key(scheduled);
     return find_or_measure(db_, key, kPlanFitnessRecord, machine_, [&] {
       try {
         if (std::string why = unsafe_group(scheduled.placement); !why.empty())
@@ -260,6 +270,40 @@ class Tuner {
       if (seen.insert(plan_key(runner.scheduled)).second) out.push_back(std::move(runner));
     }
     return out;
+  }
+
+  // The slow-window guard of the kept timings (search/calm_wait.h): its probe is the chosen
+  // plan (`chosen` compiles it on the first reading: a warm re-tune never reads), run a few
+  // times, or TuneOptions::speed_probe; its calm time to begin with is the plan's fitness
+  // where this tune timed it (a record of an earlier tune may be of another day's speed).
+  void start_calm_wait(std::function<Executor&()> chosen, const ScheduledPlan& scheduled) {
+    CalmWait::Probe probe = options_.speed_probe;
+    if (!probe) {
+      probe = [this, chosen = std::move(chosen)] {
+        constexpr int kRuns = 3;
+        Executor& plan = chosen();
+        if (probe_inputs_.empty()) probe_inputs_ = random_inputs(graph_, options_.seed);
+        plan.run(probe_inputs_);  // warm-up
+        std::vector<double> ms;
+        for (int i = 0; i < kRuns; ++i) {
+          const Clock::time_point t0 = Clock::now();
+          plan.run(probe_inputs_);
+          ms.push_back(seconds_since(t0) * 1e3);
+        }
+        return median_of(std::move(ms));
+      };
+    }
+    CalmWaitOptions calm;
+    calm.bound_s = options_.calm_wait_s;
+    calm_ = std::make_unique<CalmWait>(std::move(probe), calm);
+    if (std::optional<CostRecord> fitness = db_.find(fitness_key(scheduled).key);
+        fitness && fitness->ok && fitness->measured_by == CostDb::owner())
+      calm_->seed_calm_ms(fitness->milliseconds);
+    calm_->on_wait([this](const SlowWindowWait& w) {
+      report("waiting: slow machine", 0, 0, -1,
+             fmt::format("the plan runs {:.2f}x its calm time before {}; waited {:.1f} s",
+                         w.slowdown_after, w.phase, w.waited_s));
+    });
   }
 
   static bool is_tuned(const std::string& contender) { return contender.rfind("tuned", 0) == 0; }
@@ -384,6 +428,15 @@ class Tuner {
                             "",
                             std::numeric_limits<double>::quiet_NaN()});
     }
+    if (options_.calm_wait_s > 0)
+      start_calm_wait(
+          [this, chosen = &contenders.front()]() -> Executor& {  // no push_back from here on
+            if (!chosen->executor)
+              chosen->executor = executor_for(
+                  chosen->placement, chosen->schedule.empty() ? nullptr : &chosen->schedule);
+            return *chosen->executor;
+          },
+          scheduled);
     confirm_costs(contenders.front().placement);
     report("comparing", 0, 1, -1);
     std::vector<double> predicted;
@@ -442,10 +495,12 @@ class Tuner {
       std::vector<Tensor> inputs = random_inputs(graph_, options_.seed);
       std::vector<std::function<void()>> runs;
       for (Contender* c : timed) {
-        c->executor = executor_for(c->placement, c->schedule.empty() ? nullptr : &c->schedule);
+        if (!c->executor)  // the calm wait's probe may have compiled the tuned plan's
+          c->executor = executor_for(c->placement, c->schedule.empty() ? nullptr : &c->schedule);
         runs.push_back([e = c->executor.get(), &inputs] { e->run(inputs); });
       }
       result_.plans_timed += timed.size();
+      if (calm_) calm_->wait_until_calm("comparing");
       SideBySide times = time_side_by_side(runs, 15);
       for (size_t i = 0; i < timed.size(); ++i) {
         timed[i]->timing.measured_ms = times.median_ms[i];
@@ -534,6 +589,8 @@ class Tuner {
   CostDb db_;
   MeasuredCosts costs_;
   ConfirmedCosts confirmed_{costs_};
+  std::unique_ptr<CalmWait> calm_;  // from the comparison on (start_calm_wait)
+  std::vector<Tensor> probe_inputs_;
   std::vector<Candidate> candidates_;
   std::vector<RunnerUp> runners_up_;  // best first
   std::map<KernelKey, std::shared_ptr<Kernel>> kernels_;

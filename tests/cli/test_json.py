@@ -65,6 +65,19 @@ def test_tune_json(cli, model, workdir):
     assert math.isclose(out["measured_ms"], json.loads(plan_path.read_text())["measured_ms"])
     # Progress went to stderr, not stdout.
     assert "measuring" in proc.stderr
+    # The phases that waited out a slow window (none, or each with its numbers).
+    assert isinstance(out["slow_windows"], list)
+    for w in out["slow_windows"]:
+        assert w["phase"] in ("confirming", "rechecking", "comparing")
+        assert w["slowdown"] > 1 and 0 <= w["waited_s"] <= 10
+
+
+def test_tune_refuses_a_negative_calm_wait(cli, model, workdir):
+    proc = run(cli, "tune", model, "-o", workdir / "never.json", "--calm-wait", "-1",
+               check=False)
+    assert proc.returncode == 2
+    assert "--calm-wait" in proc.stderr
+    assert not (workdir / "never.json").exists()
 
 
 def test_errors_stay_off_stdout(cli, workdir):

@@ -57,8 +57,10 @@ def run(cli, *args, check=True):
 
 
 def tune_args(model, db, plan, *extra):
+    # --calm-wait 0: tuners and workers run at once here, each the others' load.
     return ["tune", model, "-o", plan, "--cost-db", db, "--optimizer", "op-level", "--budget",
-            "0", "--threads", "1", "--backends", "onednn,xnnpack", "--json", *extra]
+            "0", "--threads", "1", "--backends", "onednn,xnnpack", "--json", "--calm-wait", "0",
+            *extra]
 
 
 def start_worker(cli, url, *extra):

@@ -38,6 +38,10 @@ def test_round_trip(cli, model, tuned, workdir):
     assert plan.measured_ms == pytest.approx(winner.measured_ms)
     assert report.candidates == report.measured + report.cache_hits
     assert report.cost_db.endswith("costs.db")
+    # The phases that waited out a slow window: none on a calm machine, each with its numbers.
+    for w in report.slow_windows:
+        assert w.phase in ("confirming", "rechecking", "comparing") and w.slowdown > 1.25, w
+        assert 0 <= w.waited_s <= 10, w
 
     # Saved by tune(output=...), loaded back identical.
     loaded = collage.Plan.load(path)
@@ -175,6 +179,8 @@ def test_bad_tune_arguments(model, workdir, cost_db):
         collage.tune(model, optimizer="greedy", cost_db=cost_db, progress=False)
     with pytest.raises(collage.InvalidArgumentError, match="budget"):
         collage.tune(model, budget=-1, cost_db=cost_db, progress=False)
+    with pytest.raises(collage.InvalidArgumentError, match="calm_wait"):
+        collage.tune(model, calm_wait=-1, cost_db=cost_db, progress=False)
     # A failing progress function stops the tune with its own exception.
     def boom(p):
         raise RuntimeError("stop here")
