@@ -48,11 +48,11 @@ struct TuneOptions {
   double lease_s = 30;
   // The most seconds a tune waits, in all, for the machine to leave a slow window before
   // the timings it keeps (confirmations, rechecks, the side-by-side rounds), at most half
-  // of it before one phase: a fixed probe is read against its calm time in this tune
-  // (docs/DESIGN.md, "Slow windows"). 0: never probe, never wait.
+  // of it before one phase: while the chosen plan runs over 1.25x its calm time in this tune
+  // (docs/DESIGN.md, "Search", (6)). 0: never probe, never wait.
   double calm_wait_s = 20;
-  // One reading of the machine's speed for that wait, in milliseconds of a fixed piece of
-  // work; empty: collage's own probe (search/calm_wait.h). Tests script it.
+  // One reading of the machine's speed for that wait, in milliseconds; empty: the chosen
+  // plan, run a few times (search/calm_wait.h). Tests script it.
   std::function<double()> speed_probe;
 };
 
@@ -79,9 +79,9 @@ struct PlanTiming {
 // A phase of the tune that found the machine slow (TuneOptions::calm_wait_s).
 struct SlowWindowWait {
   std::string phase;          // "confirming", "rechecking" or "comparing"
-  double slowdown = 1;        // the probe's reading over its calm time when the phase came
+  double slowdown = 1;        // the chosen plan's time over its calm time when the phase came
   double waited_s = 0;        // slept before going on
-  double slowdown_after = 1;  // the last reading over the calm time
+  double slowdown_after = 1;  // the last such reading
   bool calm_after = true;     // false: the bound ran out with the machine still slow
 };
 

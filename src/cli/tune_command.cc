@@ -55,7 +55,7 @@ void print_result(const TuneResult& r) {
         r.concurrent_stages);
   for (const SlowWindowWait& w : r.slow_windows)
     fmt::print(
-        "slow machine before {}: a fixed probe read {:.2f}x its calm time in this tune; waited "
+        "slow machine before {}: the chosen plan ran {:.2f}x its calm time in this tune; waited "
         "{:.1f} s{}\n",
         w.phase, w.slowdown, w.waited_s,
         !w.calm_after
@@ -233,7 +233,8 @@ Action add_tune_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--calm-wait", o->calm_wait,
                   "the most seconds to wait, in all, for this machine to leave a slow window "
-                  "(read by a fixed probe) before the timings the tune keeps; 0: never wait")
+                  "(the chosen plan over 1.25x its calm time) before the timings the tune "
+                  "keeps; 0: never wait")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   return [o] { return run_tune(*o); };
