@@ -16,7 +16,6 @@
 #include "collage/tune.h"
 #include "plan/hardware.h"
 #include "runtime/executor.h"
-#include "runtime/interleaved_timing.h"
 #include "runtime/partitioner.h"
 #include "runtime/threads.h"
 #include "search/calm_wait.h"
@@ -279,18 +278,11 @@ class Tuner {
   void start_calm_wait(std::function<Executor&()> chosen, const ScheduledPlan& scheduled) {
     CalmWait::Probe probe = options_.speed_probe;
     if (!probe) {
+      // Timed as its fitness was (a warm-up, then the median of a few runs), fewer runs.
       probe = [this, chosen = std::move(chosen)] {
-        constexpr int kRuns = 3;
         Executor& plan = chosen();
         if (probe_inputs_.empty()) probe_inputs_ = random_inputs(graph_, options_.seed);
-        plan.run(probe_inputs_);  // warm-up
-        std::vector<double> ms;
-        for (int i = 0; i < kRuns; ++i) {
-          const Clock::time_point t0 = Clock::now();
-          plan.run(probe_inputs_);
-          ms.push_back(seconds_since(t0) * 1e3);
-        }
-        return median_of(std::move(ms));
+        return time_side_by_side({[&] { plan.run(probe_inputs_); }}, 3).median_ms[0];
       };
     }
     CalmWaitOptions calm;
