@@ -149,7 +149,9 @@ class Measurer {
   // them is above `abandon_above_ms` (the caller knows a kernel of the same nodes that much
   // faster, so this one cannot be chosen over it): the cost is then their median, an honest
   // but coarser number, where a full timing takes up to 15 samples with an eviction before
-  // each (Inception-v3's cold measuring phase 208 -> 194 s, GoogLeNet's 120 -> 107 s).
+  // each (Inception-v3's cold measuring phase 208 -> 194 s, GoogLeNet's 120 -> 107 s). It
+  // stops before the first timed run when kAbandonWarmRuns warm-up runs (back to back, the
+  // fastest a kernel runs) are all above the bar: the cost is then their median.
   // `between` runs before each timed run of a host kernel (CachePressure; none by default).
   double time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
                      const std::vector<Tensor>& outputs, int threads, Device* device = nullptr,
@@ -157,6 +159,9 @@ class Measurer {
                      const BetweenRuns& between = {}) const;
   static constexpr double kNeverAbandon = std::numeric_limits<double>::infinity();
   static constexpr int kAbandonSamples = 3;
+  // Timing stops even before the first timed run when this many warm-up runs (back to back,
+  // the fastest a kernel runs) are all above `abandon_above_ms`.
+  static constexpr size_t kAbandonWarmRuns = 2;
   const Hardware& hardware() const { return hardware_; }
   const MeasureOptions& options() const { return options_; }
   // Measures uncached candidates in `worker` (not owned; null: in this process), so a
@@ -179,9 +184,9 @@ class Measurer {
   std::map<std::string, std::vector<Tensor>> reference_cache_;  // by canonical text
   IsolatedWorker* isolated_ = nullptr;
   // Grows the eviction buffer to `bytes` where it is smaller (touched and timed once per
-  // size: first touches of fresh pages are slow and would be timed), and returns the most
-  // samples a candidate takes with an eviction of `bytes` before each.
-  int prepare_eviction(size_t bytes) const;
+  // size: first touches of fresh pages are slow and would be timed), and returns the time an
+  // eviction of `bytes` takes, in milliseconds.
+  double prepare_eviction(size_t bytes) const;
   // The largest eviction asked for so far: one buffer, of which each eviction reads a part
   // (candidates of one model ask for different sizes; the measure worker serves them all).
   mutable std::vector<unsigned char> eviction_buffer_;

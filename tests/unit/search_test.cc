@@ -582,6 +582,53 @@ TEST(Measurer, TimingStopsEarlyOnlyWhenEvenItsFastestSampleIsAboveTheAbandonBar)
   EXPECT_EQ(timed_runs(Measurer::kNeverAbandon), 12);
 }
 
+// The warm-up runs (back to back: the fastest a kernel runs) count too: when all of them are
+// above the bar, no timed run follows; one under it and the timing goes on as before.
+TEST(Measurer, TimingStopsAfterTheWarmUpWhenEvenTheFastestWarmUpRunIsAboveTheAbandonBar) {
+  MeasureOptions o;
+  o.warmup = static_cast<int>(Measurer::kAbandonWarmRuns);
+  o.max_repeats = 12;
+  o.max_spread = -1;
+  o.budget_ms = 1e9;
+  const Measurer measurer(nullptr, this_machine(1), o);
+  auto runs = [&](double abandon_above_ms) {
+    SleepingKernel kernel(1.0);
+    const double median = measurer.time_kernel(kernel, {}, {}, 1, nullptr, abandon_above_ms);
+    EXPECT_GE(median, 1.0);
+    return kernel.runs;
+  };
+  EXPECT_EQ(runs(0.2), o.warmup);
+  EXPECT_EQ(runs(500), o.warmup + 12);
+  EXPECT_EQ(runs(Measurer::kNeverAbandon), o.warmup + 12);
+}
+
+// Samples taken with an eviction before each are bounded by the time their evictions and
+// runs take together: a kernel of 12 ms gets min_repeats of them, one of 0.5 ms the most
+// there are (15), whatever the spread.
+TEST(Measurer, EvictedSamplesAreBoundedByTheTimeOfTheirEvictionsAndRuns) {
+  MeasureOptions o;
+  o.warmup = 0;
+  o.max_spread = -1;
+  o.budget_ms = 1e9;
+  const Measurer measurer(nullptr, this_machine(1), o);
+  BetweenRuns between;
+  between.other_kernels = true;
+  between.read_bytes = size_t{1} << 20;  // 1 MiB: read in well under a millisecond
+  auto timed_runs = [&](double ms) {
+    SleepingKernel kernel(ms);
+    measurer.time_kernel(kernel, {}, {}, 1, nullptr, Measurer::kNeverAbandon, between);
+    return kernel.runs;
+  };
+  EXPECT_EQ(timed_runs(12), o.min_repeats);
+  EXPECT_EQ(timed_runs(0.5), 15);
+  // Without an eviction, the spread and budget_ms decide (here: max_repeats).
+  SleepingKernel kernel(12);
+  o.max_repeats = 7;
+  const Measurer unevicted(nullptr, this_machine(1), o);
+  unevicted.time_kernel(kernel, {}, {}, 1);
+  EXPECT_EQ(kernel.runs, 7);
+}
+
 // The bar a candidate is timed against: half again the fastest cost known of the same nodes
 // at the same thread count, measured in this tune or found in the cost DB; none elsewhere.
 TEST_F(CostDbTest, TheAbandonBarIsHalfAgainTheFastestKnownCostOfTheSameNodes) {
