@@ -561,55 +561,49 @@ class SleepingKernel : public Kernel {
   double ms_;
 };
 
-// Timing stops after Measurer::kAbandonSamples samples only when even the fastest of them is
-// above the bar; otherwise it goes on as before (here to max_repeats: no spread is small
-// enough).
-TEST(Measurer, TimingStopsEarlyOnlyWhenEvenItsFastestSampleIsAboveTheAbandonBar) {
+// Options under which only the rules a test names stop the timing: no spread is small
+// enough and the time budget never runs out.
+MeasureOptions timing_options(int warmup, int max_repeats = 100) {
   MeasureOptions o;
-  o.warmup = 0;
-  o.max_repeats = 12;
+  o.warmup = warmup;
+  o.max_repeats = max_repeats;
   o.max_spread = -1;
   o.budget_ms = 1e9;
-  const Measurer measurer(nullptr, this_machine(1), o);
-  auto timed_runs = [&](double abandon_above_ms) {
-    SleepingKernel kernel(1.0);
-    const double median = measurer.time_kernel(kernel, {}, {}, 1, nullptr, abandon_above_ms);
-    EXPECT_GE(median, 1.0);
-    return kernel.runs;
-  };
-  EXPECT_EQ(timed_runs(0.2), Measurer::kAbandonSamples);
-  EXPECT_EQ(timed_runs(500), 12);
-  EXPECT_EQ(timed_runs(Measurer::kNeverAbandon), 12);
+  return o;
+}
+
+// The runs of a kernel sleeping 1 ms per run, timed against `abandon_above_ms`.
+int runs_against_bar(const Measurer& measurer, double abandon_above_ms) {
+  SleepingKernel kernel(1.0);
+  const double median = measurer.time_kernel(kernel, {}, {}, 1, nullptr, abandon_above_ms);
+  EXPECT_GE(median, 1.0);
+  return kernel.runs;
+}
+
+// Timing stops after Measurer::kAbandonSamples samples only when even the fastest of them is
+// above the bar; otherwise it goes on as before (here to max_repeats).
+TEST(Measurer, TimingStopsEarlyOnlyWhenEvenItsFastestSampleIsAboveTheAbandonBar) {
+  const Measurer measurer(nullptr, this_machine(1), timing_options(0, 12));
+  EXPECT_EQ(runs_against_bar(measurer, 0.2), Measurer::kAbandonSamples);
+  EXPECT_EQ(runs_against_bar(measurer, 500), 12);
+  EXPECT_EQ(runs_against_bar(measurer, Measurer::kNeverAbandon), 12);
 }
 
 // The warm-up runs (back to back: the fastest a kernel runs) count too: when all of them are
 // above the bar, no timed run follows; one under it and the timing goes on as before.
 TEST(Measurer, TimingStopsAfterTheWarmUpWhenEvenTheFastestWarmUpRunIsAboveTheAbandonBar) {
-  MeasureOptions o;
-  o.warmup = static_cast<int>(Measurer::kAbandonWarmRuns);
-  o.max_repeats = 12;
-  o.max_spread = -1;
-  o.budget_ms = 1e9;
-  const Measurer measurer(nullptr, this_machine(1), o);
-  auto runs = [&](double abandon_above_ms) {
-    SleepingKernel kernel(1.0);
-    const double median = measurer.time_kernel(kernel, {}, {}, 1, nullptr, abandon_above_ms);
-    EXPECT_GE(median, 1.0);
-    return kernel.runs;
-  };
-  EXPECT_EQ(runs(0.2), o.warmup);
-  EXPECT_EQ(runs(500), o.warmup + 12);
-  EXPECT_EQ(runs(Measurer::kNeverAbandon), o.warmup + 12);
+  const int warmup = static_cast<int>(Measurer::kAbandonWarmRuns);
+  const Measurer measurer(nullptr, this_machine(1), timing_options(warmup, 12));
+  EXPECT_EQ(runs_against_bar(measurer, 0.2), warmup);
+  EXPECT_EQ(runs_against_bar(measurer, 500), warmup + 12);
+  EXPECT_EQ(runs_against_bar(measurer, Measurer::kNeverAbandon), warmup + 12);
 }
 
 // Samples taken with an eviction before each are bounded by the time their evictions and
 // runs take together: a kernel of 12 ms gets min_repeats of them, one of 0.5 ms the most
 // there are (15), whatever the spread.
 TEST(Measurer, EvictedSamplesAreBoundedByTheTimeOfTheirEvictionsAndRuns) {
-  MeasureOptions o;
-  o.warmup = 0;
-  o.max_spread = -1;
-  o.budget_ms = 1e9;
+  const MeasureOptions o = timing_options(0);
   const Measurer measurer(nullptr, this_machine(1), o);
   BetweenRuns between;
   between.other_kernels = true;
@@ -623,8 +617,7 @@ TEST(Measurer, EvictedSamplesAreBoundedByTheTimeOfTheirEvictionsAndRuns) {
   EXPECT_EQ(timed_runs(0.5), 15);
   // Without an eviction, the spread and budget_ms decide (here: max_repeats).
   SleepingKernel kernel(12);
-  o.max_repeats = 7;
-  const Measurer unevicted(nullptr, this_machine(1), o);
+  const Measurer unevicted(nullptr, this_machine(1), timing_options(0, 7));
   unevicted.time_kernel(kernel, {}, {}, 1);
   EXPECT_EQ(kernel.runs, 7);
 }
