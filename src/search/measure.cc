@@ -296,10 +296,12 @@ double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
   auto warm_start = Clock::now();
   // A device kernel's run may return before the device is done: each run is timed until the
   // device has finished (host time, so the launch cost counts too; see docs/DESIGN.md). The
-  // host caches it would evict are not the device's.
-  auto run = [&] {
+  // host caches it would evict are not the device's. Returns the run's time.
+  auto timed_run = [&] {
+    auto t0 = Clock::now();
     kernel.run(inputs, outputs);
     if (device) device->synchronize();
+    return ms_since(t0);
   };
   const size_t evict_bytes = device ? 0 : between.read_bytes;
   const bool evict = evict_bytes != 0;
@@ -320,11 +322,8 @@ double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
   // first eviction, and the cost is their median, a bound from below that is still over the
   // bar. 523 of the 3,660 candidates of Inception-v3's cold tune stop here (2026-12-05).
   std::vector<double> warm;
-  for (int i = 0; i < options_.warmup && ms_since(warm_start) < kSlowKernelMs; ++i) {
-    auto t0 = Clock::now();
-    run();
-    warm.push_back(ms_since(t0));
-  }
+  for (int i = 0; i < options_.warmup && ms_since(warm_start) < kSlowKernelMs; ++i)
+    warm.push_back(timed_run());
   if (warm.size() >= kAbandonWarmRuns &&
       *std::min_element(warm.begin(), warm.end()) > abandon_above_ms)
     return median_of(std::move(warm));
@@ -332,19 +331,14 @@ double Measurer::time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
   auto start = Clock::now();
   while (static_cast<int>(samples.size()) < options_.max_repeats) {
     if (others_first) evict_caches(evict_bytes, inputs, outputs);
-    auto t0 = Clock::now();
-    run();
-    samples.push_back(ms_since(t0));
-    if (static_cast<int>(samples.size()) == kAbandonSamples &&
-        *std::min_element(samples.begin(), samples.end()) > abandon_above_ms)
-      break;
+    samples.push_back(timed_run());
+    const double fastest = *std::min_element(samples.begin(), samples.end());
+    if (static_cast<int>(samples.size()) == kAbandonSamples && fastest > abandon_above_ms) break;
     const int needed = samples.front() > kSlowKernelMs ? 3 : options_.min_repeats;
     // Runs after an eviction scatter more (DRAM, page walks) and rarely reach the spread
     // target; past kEvictedSamples more samples only move the median by noise, while each
     // costs an eviction too (a cold ResNet-50 tune took 3x as long without this cap).
-    if (evict && static_cast<int>(samples.size()) >=
-                     evicted_samples(*std::min_element(samples.begin(), samples.end())))
-      break;
+    if (evict && static_cast<int>(samples.size()) >= evicted_samples(fastest)) break;
     if (static_cast<int>(samples.size()) >= needed) {
       std::vector<double> sorted = samples;
       std::sort(sorted.begin(), sorted.end());
