@@ -40,8 +40,9 @@ std::string backend_version() {
   // InstanceNormalization of N images (norm_kernel.cc). 22: the Winograd variants of a conv
   // with a residual Add are collage's channels-last Winograd (the Add in its output
   // transform), no longer oneDNN's nChw16c kernel (winograd_conv.h). 23: the exported RMSNorm
-  // is one step, in groups and regions (norm_kernel.cc).
-  constexpr int kKernelRevision = 23;
+  // is one step, in groups and regions (norm_kernel.cc). 24: collage's Winograd transforms on
+  // 16-channel vector values, its tile blocks split by rows first (winograd_conv.cc).
+  constexpr int kKernelRevision = 24;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
