@@ -245,61 +245,36 @@ struct F2x7 {
       {0, 0, 0, 0, 0, 0, 1}};
 };
 
-// A tile of 16-channel values: FH's side in rows, FW's in columns.
-template <class FH, class FW>
-using TileOf = Vec[FH::kTile][FW::kTile];
+// The transforms of one tile and 16 channels, columns first, then rows, unrolled through
+// index sequences so that each point goes from its load straight into the column transform
+// and from the row transform straight to its store (no tile array in between; over arrays
+// GCC kept the tile on the stack); I/J index a tile's input rows/columns, O/P its output ones.
 
-// The transforms below take whole tiles as arrays of values, columns first into a scratch
-// tile, then rows; I/J index a tile's input rows/columns, O/P its output ones.
-
-// u = B_h^T d B_w.
-template <class FH, class FW, size_t... I, size_t... J>
-inline void input_tile(const TileOf<FH, FW>& d, TileOf<FH, FW>& u, std::index_sequence<I...>,
+// u = B_h^T d B_w: d's point (i, j) is at(i, j); put(i, j, u's point (i, j)).
+template <class FH, class FW, class At, class Put, size_t... I, size_t... J>
+inline void input_tile(const At& at, const Put& put, std::index_sequence<I...>,
                        std::index_sequence<J...>) {
-  TileOf<FH, FW> t;
-  for (int j = 0; j < FW::kTile; ++j) FH::input_1d(d[I][j]..., t[I][j]...);
-  for (int i = 0; i < FH::kTile; ++i) FW::input_1d(t[i][J]..., u[i][J]...);
-}
-
-// r = A_h^T p A_w.
-template <class FH, class FW, size_t... I, size_t... J, size_t... O, size_t... P>
-inline void output_tile(const TileOf<FH, FW>& p, Vec (&r)[FH::kOut][FW::kOut],
-                        std::index_sequence<I...>, std::index_sequence<J...>,
-                        std::index_sequence<O...>, std::index_sequence<P...>) {
-  Vec s[FH::kOut][FW::kTile];
-  for (int j = 0; j < FW::kTile; ++j) FH::output_1d(p[I][j]..., s[O][j]...);
-  for (int i = 0; i < FH::kOut; ++i) FW::output_1d(s[i][J]..., r[i][P]...);
-}
-
-// The same transforms for a tile wholly inside the image and a full block of channels, loads
-// and stores unrolled into them: no tile array in between, no bounds checked per point.
-// `src` is the tile's top-left point (rows `sh`, columns `sw` apart); point (i, j) of the
-// result goes to dst + (i * FW::kTile + j) * plane.
-template <class FH, class FW, size_t... I, size_t... J>
-inline void input_tile_inside(const float* src, int64_t sh, int64_t sw, float* dst, int64_t plane,
-                              std::index_sequence<I...>, std::index_sequence<J...>) {
   Vec t[FH::kTile][FW::kTile];
   auto column = [&]<size_t Col>(std::integral_constant<size_t, Col>) {
-    FH::input_1d(load(src + I * sh + Col * sw, kLanes)..., t[I][Col]...);
+    FH::input_1d(at(I, Col)..., t[I][Col]...);
   };
   (column(std::integral_constant<size_t, J>{}), ...);
   auto row = [&]<size_t Row>(std::integral_constant<size_t, Row>) {
     Vec u[FW::kTile];
     FW::input_1d(t[Row][J]..., u[J]...);
-    (store(dst + (Row * FW::kTile + J) * plane, u[J], kLanes), ...);
+    (put(Row, J, u[J]), ...);
   };
   (row(std::integral_constant<size_t, I>{}), ...);
 }
 
-// A_h^T p A_w of the products at src + (i * FW::kTile + j) * plane for a full block of
-// channels, loaded into the column transforms as they are needed.
-template <class FH, class FW, size_t... I, size_t... J, size_t... O, size_t... P>
-inline void output_tile_loaded(const float* src, int64_t plane, Vec (&r)[FH::kOut][FW::kOut],
-                               std::index_sequence<I...>, std::index_sequence<J...>,
-                               std::index_sequence<O...>, std::index_sequence<P...>) {
+// r = A_h^T p A_w: p's point (i, j) is at(i, j).
+template <class FH, class FW, class At, size_t... I, size_t... J, size_t... O, size_t... P>
+inline void output_tile(const At& at, Vec (&r)[FH::kOut][FW::kOut], std::index_sequence<I...>,
+                        std::index_sequence<J...>, std::index_sequence<O...>,
+                        std::index_sequence<P...>) {
   Vec s[FH::kOut][FW::kTile];
   auto column = [&]<size_t Col>(std::integral_constant<size_t, Col>) {
-    FH::output_1d(load(src + (I * FW::kTile + Col) * plane, kLanes)..., s[O][Col]...);
+    FH::output_1d(at(I, Col)..., s[O][Col]...);
   };
   (column(std::integral_constant<size_t, J>{}), ...);
   for (int i = 0; i < FH::kOut; ++i) FW::output_1d(s[i][J]..., r[i][P]...);
@@ -330,24 +305,28 @@ void input_block(const Geometry& g, const ChannelsLast& xs, const float* x, int6
     const TilePlace at = place<FH, FW>(g, first + b);
     const int64_t y0 = at.y - g.pad_t, x0 = at.x - g.pad_l;
     const bool inside = y0 >= 0 && x0 >= 0 && y0 + kH <= g.h && x0 + kW <= g.w;
-    const float* corner = x + xs.offset + at.n * xs.sn + y0 * xs.sh + x0 * xs.sw;
+    // Offsets, not pointers: an edge tile's corner lies outside the input.
+    const int64_t corner = xs.offset + at.n * xs.sn + y0 * xs.sh + x0 * xs.sw;
     for (int64_t c0 = 0; c0 < g.c; c0 += kLanes) {
       const int64_t lanes = std::min(kLanes, g.c - c0);
-      if (inside && lanes == kLanes) {
-        input_tile_inside<FH, FW>(corner + c0, xs.sh, xs.sw, v + b * g.c + c0, rows * g.c,
-                                  std::make_index_sequence<kH>(), std::make_index_sequence<kW>());
-        continue;
-      }
-      TileOf<FH, FW> d, u;
-      for (int i = 0; i < kH; ++i)
-        for (int j = 0; j < kW; ++j)
-          d[i][j] = inside || (y0 + i >= 0 && y0 + i < g.h && x0 + j >= 0 && x0 + j < g.w)
-                        ? load(corner + i * xs.sh + j * xs.sw + c0, lanes)
-                        : Vec{};
-      input_tile<FH, FW>(d, u, std::make_index_sequence<kH>(), std::make_index_sequence<kW>());
-      for (int i = 0; i < kH; ++i)
-        for (int j = 0; j < kW; ++j)
-          store(v + ((i * kW + j) * rows + b) * g.c + c0, u[i][j], lanes);
+      const int64_t base = corner + c0;
+      float* dst = v + b * g.c + c0;
+      const int64_t plane = rows * g.c;
+      // A tile wholly inside the image with a full block of channels: no bounds checked.
+      if (inside && lanes == kLanes)
+        input_tile<FH, FW>(
+            [&](int64_t i, int64_t j) { return load(x + (base + i * xs.sh + j * xs.sw), kLanes); },
+            [&](int64_t i, int64_t j, Vec u) { store(dst + (i * kW + j) * plane, u, kLanes); },
+            std::make_index_sequence<kH>(), std::make_index_sequence<kW>());
+      else
+        input_tile<FH, FW>(
+            [&](int64_t i, int64_t j) {
+              return y0 + i >= 0 && y0 + i < g.h && x0 + j >= 0 && x0 + j < g.w
+                         ? load(x + (base + i * xs.sh + j * xs.sw), lanes)
+                         : Vec{};
+            },
+            [&](int64_t i, int64_t j, Vec u) { store(dst + (i * kW + j) * plane, u, lanes); },
+            std::make_index_sequence<kH>(), std::make_index_sequence<kW>());
     }
   }
 }
@@ -367,21 +346,19 @@ void output_block(const Geometry& g, const std::vector<float>& bias,
     for (int64_t kk = 0; kk < width; kk += kLanes) {
       const int64_t lanes = std::min(kLanes, width - kk);
       const Vec bias_k = load(bias.data() + k0 + kk, lanes);
+      const float* src = m + b * width + kk;
+      const int64_t plane = rows * width;
       Vec r[FH::kOut][FW::kOut];
-      if (lanes == kLanes) {
-        output_tile_loaded<FH, FW>(m + b * width + kk, rows * width, r,
-                                   std::make_index_sequence<kH>(), std::make_index_sequence<kW>(),
-                                   std::make_index_sequence<FH::kOut>(),
-                                   std::make_index_sequence<FW::kOut>());
-      } else {
-        TileOf<FH, FW> p;
-        for (int i = 0; i < kH; ++i)
-          for (int j = 0; j < kW; ++j)
-            p[i][j] = load(m + ((i * kW + j) * rows + b) * width + kk, lanes);
-        output_tile<FH, FW>(p, r, std::make_index_sequence<kH>(), std::make_index_sequence<kW>(),
-                            std::make_index_sequence<FH::kOut>(),
-                            std::make_index_sequence<FW::kOut>());
-      }
+      if (lanes == kLanes)
+        output_tile<FH, FW>(
+            [&](int64_t i, int64_t j) { return load(src + (i * kW + j) * plane, kLanes); }, r,
+            std::make_index_sequence<kH>(), std::make_index_sequence<kW>(),
+            std::make_index_sequence<FH::kOut>(), std::make_index_sequence<FW::kOut>());
+      else
+        output_tile<FH, FW>(
+            [&](int64_t i, int64_t j) { return load(src + (i * kW + j) * plane, lanes); }, r,
+            std::make_index_sequence<kH>(), std::make_index_sequence<kW>(),
+            std::make_index_sequence<FH::kOut>(), std::make_index_sequence<FW::kOut>());
       for (int i = 0; i < FH::kOut && at.y + i < g.oh; ++i)
         for (int j = 0; j < FW::kOut && at.x + j < g.ow; ++j) {
           Vec o = r[i][j] + bias_k;
