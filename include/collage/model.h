@@ -33,6 +33,11 @@ Graph load_model(const std::string& path, const LoadOptions& options = {});
 Graph load_model_from_bytes(const std::string& bytes, const std::string& base_dir,
                             const LoadOptions& options = {});
 
+// Builds the tables the ONNX checker otherwise builds on the first load (every op schema:
+// ~20 ms of allocations). For a process that forks children which each load a model (the
+// conformance runner): built before the fork, they are built once.
+void prepare_model_loader();
+
 // Writes `graph` as an ONNX model (ir_version 8, its opset, every constant an initializer,
 // full types on inputs, outputs and intermediates) that load_model reads back unchanged.
 void save_model(const Graph& graph, const std::string& path);

@@ -385,6 +385,11 @@ Graph load_impl(const std::string& bytes, const std::string& base_dir, const Loa
 
 }  // namespace
 
+void prepare_model_loader() {
+  // Any lookup builds the whole registry (OpSchemaRegistry::map()).
+  (void)onnx::OpSchemaRegistry::Schema("Relu", 14, "");
+}
+
 Graph load_model(const std::string& path, const LoadOptions& options) {
   std::string bytes = onnx_util::read_file(path);
   std::string base_dir = std::filesystem::path(path).parent_path().string();

@@ -423,6 +423,11 @@ extern "C" const collage::torch_backend::PluginApi* collage_torch_plugin_api() {
     a.torch_version = TORCH_VERSION;
     a.compile_ops = compile_ops_entry;
     a.compile_region = compile_region_entry;
+    // The TorchScript compiler builds its builtin-operator tables on the first define()
+    // (~15 ms). Built here, where the plugin loads, a process that preloads the plugin and
+    // then forks (COLLAGE_TORCH_PRELOAD=1, the conformance runner) builds them once, not in
+    // every child. Defining runs no ATen op, so no thread pool starts.
+    torch::jit::Module("CollageWarmUp").define("def forward(self, x):\n  return x + x\n");
     return a;
   }();
   return &api;
