@@ -426,8 +426,12 @@ extern "C" const collage::torch_backend::PluginApi* collage_torch_plugin_api() {
     // The TorchScript compiler builds its builtin-operator tables on the first define()
     // (~15 ms). Built here, where the plugin loads, a process that preloads the plugin and
     // then forks (COLLAGE_TORCH_PRELOAD=1, the conformance runner) builds them once, not in
-    // every child. Defining runs no ATen op, so no thread pool starts.
-    torch::jit::Module("CollageWarmUp").define("def forward(self, x):\n  return x + x\n");
+    // every child. Defining runs no ATen op, so no thread pool starts. Only a warm-up: a
+    // compiler that fails here fails again, with its reason, on the first region.
+    try {
+      torch::jit::Module("CollageWarmUp").define("def forward(self, x):\n  return x + x\n");
+    } catch (const std::exception&) {
+    }
     return a;
   }();
   return &api;
