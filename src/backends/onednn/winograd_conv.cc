@@ -349,6 +349,7 @@ void output_block(const Geometry& g, const std::vector<float>& bias,
       const float* src = m + b * width + kk;
       const int64_t plane = rows * width;
       Vec r[FH::kOut][FW::kOut];
+      // A full block of channels: its loads with a constant count (unmasked).
       if (lanes == kLanes)
         output_tile<FH, FW>(
             [&](int64_t i, int64_t j) { return load(src + (i * kW + j) * plane, kLanes); }, r,
