@@ -280,6 +280,37 @@ TEST(OnednnGraphBackend, SplitAndSliceInRegion) {
   }
 }
 
+// MaxViT's attention: qkv = x [1, G, P, D] @ W [D, 3D] + b, then q, k, v cut from its last
+// axis (Split, or Slices). The MatMul writes its output with the batch flattened ([G*P, 3D]);
+// the cuts must see it as [1, G, P, 3D] (they once took a 2-D sub-memory of it, and oneDNN
+// refused the reorder: the whole region failed).
+TEST(OnednnGraphBackend, CutsOfABatchedMatMulInRegion) {
+  std::mt19937 rng(25);
+  for (int trial = 0; trial < 4; ++trial) {
+    GraphBuilder b;
+    const int64_t g = pick(rng, 2, 9), p = pick(rng, 3, 17), d = 8 * pick(rng, 1, 4);
+    ValueId x = b.input("x", DType::kFloat32, {1, g, p, d});
+    ValueId qkv = b.add1("Add", {b.add1("MatMul", {x, b.random_constant("w", {d, 3 * d}, 0.2f)}),
+                                 b.random_constant("b", {3 * d})});
+    std::vector<ValueId> parts;
+    if (trial % 2 == 0) {
+      parts = b.add("Split", {qkv, ints(b, "split", {d, d, d})}, {{"axis", attr_i(-1)}}, 3);
+    } else {
+      for (int64_t i = 0; i < 3; ++i) {
+        const std::string at = std::to_string(i);
+        parts.push_back(
+            b.add1("Slice", {qkv, ints(b, "s" + at, {i * d}), ints(b, "e" + at, {(i + 1) * d}),
+                             ints(b, "a" + at, {3})}));
+      }
+    }
+    for (ValueId part : parts)
+      b.output(b.add1("Mul", {part, b.constant("k", Tensor::scalar(0.5f))}));
+    const Graph& graph = b.graph();
+    expect_like_reference(graph, "cuts of a batched MatMul, trial " + std::to_string(trial));
+    testing::expect_no_reference_primitive(*onednn::compile_region(graph), "qkv cuts");
+  }
+}
+
 // Swin's glue: a Slice with steps (PatchMerging's x[:, 0::2, 1::2, :]) and Gathers of one
 // constant index (q, k, v = qkv[0], qkv[1], qkv[2]; a 1-element index keeps the axis), in a
 // region, each one reorder from a strided view: like reference, no reference primitive.

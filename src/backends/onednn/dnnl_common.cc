@@ -41,8 +41,10 @@ std::string backend_version() {
   // with a residual Add are collage's channels-last Winograd (the Add in its output
   // transform), no longer oneDNN's nChw16c kernel (winograd_conv.h). 23: the exported RMSNorm
   // is one step, in groups and regions (norm_kernel.cc). 24: collage's Winograd transforms on
-  // 16-channel vector values, its tile blocks split by rows first (winograd_conv.cc).
-  constexpr int kKernelRevision = 24;
+  // 16-channel vector values, its tile blocks split by rows first (winograd_conv.cc). 25: a
+  // Slice/Split of a value its producer wrote with other dims (a MatMul's flattened batch) cuts
+  // its row-major form (ValueMemories::sub_view); MaxViT's attention regions had failed.
+  constexpr int kKernelRevision = 25;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
@@ -76,6 +78,21 @@ std::string effective_isa() {
 Dims to_dims(const Shape& shape) {
   if (shape.empty()) return {1};
   return Dims(shape.begin(), shape.end());
+}
+
+std::string md_text(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  auto list = [](const dnnl_dim_t* v, int n) {
+    return fmt::format("[{}]", fmt::join(v, v + n, ","));
+  };
+  std::string text = list(d.dims, d.ndims);
+  if (d.format_kind != dnnl_blocked) return text + " (any layout)";
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  text += " strides " + list(b.strides, d.ndims);
+  for (int i = 0; i < b.inner_nblks; ++i)
+    text += fmt::format(" block {}:{}", b.inner_idxs[i], b.inner_blks[i]);
+  if (d.offset0 != 0) text += fmt::format(" offset {}", d.offset0);
+  return text;
 }
 
 dnnl::memory::desc plain_md(const Shape& shape) {
@@ -290,10 +307,11 @@ dnnl::memory Program::in_layout(const dnnl::memory& from, const dnnl::memory::de
 
 void Program::copy(const dnnl::memory& from, const dnnl::memory& to) {
   dnnl::primitive_attr attr = base_attr();
-  auto pd = create_pd("reorder", [&] {
-    return dnnl::reorder::primitive_desc(cpu_engine(), from.get_desc(), cpu_engine(), to.get_desc(),
-                                         attr);
-  });
+  auto pd = create_pd(
+      fmt::format("reorder from {} to {}", md_text(from.get_desc()), md_text(to.get_desc())), [&] {
+        return dnnl::reorder::primitive_desc(cpu_engine(), from.get_desc(), cpu_engine(),
+                                             to.get_desc(), attr);
+      });
   add(dnnl::reorder(pd), pd, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
 

@@ -438,7 +438,7 @@ void emit_cuts(const Graph& sub, ValueMemories& values) {
       continue;
     }
     // One reorder cuts and, from a row-major view of a blocked input, restores its layout.
-    const dnnl::memory src = values.sub_view(x, to_dims(shape), cut.offsets);
+    const dnnl::memory src = values.sub_view(x, xs, to_dims(shape), cut.offsets);
     const dnnl::memory dst = values.destination(cut.out, layout_like(x_md, shape));
     values.program().copy(src, dst);
     values.produced(cut.out, dst);

@@ -204,16 +204,20 @@ bool ValueMemories::can_overwrite(ValueId v, const dnnl::memory& m, ValueId out,
          e.primary.memory.get() == m.get() && m.get_desc() == md;
 }
 
-dnnl::memory ValueMemories::sub_view(ValueId v, const Dims& dims, const Dims& offsets) {
+dnnl::memory ValueMemories::sub_view(ValueId v, const Shape& whole, const Dims& dims,
+                                     const Dims& offsets) {
   const BoundMemory primary = at(v).primary;
-  // dnnl_memory_desc_init_submemory refuses (an error status, no throw with allow_empty)
-  // what the layout can't describe: then the row-major form, where every cut can.
-  dnnl::memory::desc sub = primary.memory.get_desc().submemory_desc(dims, offsets, true);
-  if (sub.data.ndims == 0) {
-    const BoundMemory p = plain(v);
-    return view_of(p, p.memory.get_desc().submemory_desc(dims, offsets));
+  const dnnl::memory::desc have = primary.memory.get_desc();
+  if (have.dims() == to_dims(whole)) {
+    // dnnl_memory_desc_init_submemory refuses (an error status, no throw with allow_empty)
+    // what the layout can't describe: then the row-major form, where every cut can.
+    const dnnl::memory::desc sub = have.submemory_desc(dims, offsets, true);
+    if (sub.data.ndims != 0) return view_of(primary, sub);
   }
-  return view_of(primary, sub);
+  // MaxViT's qkv MatMul writes [3136, 192] for the [1, 64, 49, 192] its Split cuts: a
+  // sub-memory of the 2-D desc took the first two of the cut's dims, and the reorder from
+  // [1, 64] to the cut refused the whole region.
+  return view_of(plain(v), plain_md(whole).submemory_desc(dims, offsets));
 }
 
 dnnl::memory ValueMemories::fresh_destination(ValueId v, const dnnl::memory::desc& md) {

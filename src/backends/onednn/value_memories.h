@@ -78,10 +78,11 @@ class ValueMemories {
   // `in` is blocked or `out` is a bound output.
   void reshape(ValueId out, ValueId in, const Shape& shape);
 
-  // The part of `v` of `dims` starting at `offsets` (Slice, Split), in the layout `v` has
-  // when a sub-memory of it can be described there (a blocked layout cuts channels only
-  // at block boundaries), else in its row-major form.
-  dnnl::memory sub_view(ValueId v, const Dims& dims, const Dims& offsets);
+  // The part of `v` (of shape `whole`) of `dims` starting at `offsets` (Slice, Split), in
+  // the layout `v` has when a sub-memory of it can be described there (a blocked layout
+  // cuts channels only at block boundaries), else in its row-major form seen as `whole`
+  // (its producer may have written it with other dims: a MatMul's flattened batch).
+  dnnl::memory sub_view(ValueId v, const Shape& whole, const Dims& dims, const Dims& offsets);
   // `v`'s memory as it is, described by `md` (the same bytes seen with other dims and
   // strides: a split dimension, permuted strides).
   dnnl::memory reinterpret(ValueId v, const dnnl::memory::desc& md) {
