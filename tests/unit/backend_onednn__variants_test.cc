@@ -610,6 +610,40 @@ TEST(OnednnConvDepthwise, RegionSplitsAPairThatWouldChangeLayouts) {
       << ::testing::PrintToString(steps.implementations);
 }
 
+// oneDNN builds a small pair (MobileNetV2's 160 -> 960 at 7x7, 96 -> 576 at 14x14) as
+// ref_fused_convolution: two jit primitives through a scratchpad. The onednn backend's pair
+// kernel takes that form (against two kernels with a plain boundary between them); a region
+// refuses it and runs the 1x1 and the depthwise conv as two primitives of its program (20-30 %
+// faster per pair at 2 threads). A large pair (16 -> 192 at 112x112) that oneDNN builds in
+// one pass stays one primitive in the region. Fails if regions took the two-primitive form,
+// or refused the one-pass one.
+TEST(OnednnConvDepthwise, RegionTakesOnlyTheOnePassPair) {
+  struct Case {
+    int64_t c, m, hw;
+  };
+  for (Case k : {Case{160, 960, 7}, Case{96, 576, 14}, Case{16, 192, 112}}) {
+    const std::string what = fmt::format("{} -> {} at {}x{}", k.c, k.m, k.hw, k.hw);
+    GraphBuilder b = expand_dw(1, k.c, k.m, k.hw, k.hw, 1, 2, 2, true);
+    expect_like_reference(onednn_graph(), b.graph(), "", what);
+    const ProgramSteps alone = compiled_steps(onednn(), b.graph(), "");
+    const ProgramSteps region = region_steps(b.graph());
+    const std::string listed = ::testing::PrintToString(region.implementations);
+    ASSERT_EQ(alone.count(dnnl::primitive::kind::convolution), 1) << what;
+    const std::string pair = alone.implementations[std::find(alone.kinds.begin(), alone.kinds.end(),
+                                                             dnnl::primitive::kind::convolution) -
+                                                   alone.kinds.begin()];
+    const bool two_primitive_form = pair.rfind("ref_fused", 0) == 0;
+    EXPECT_EQ(region.count(dnnl::primitive::kind::convolution), two_primitive_form ? 2 : 1)
+        << what << ": " << listed;
+    for (const std::string& impl : region.implementations)
+      EXPECT_EQ(impl.find("ref_fused"), std::string::npos) << what << ": " << listed;
+    if (k.hw == 112)
+      EXPECT_FALSE(two_primitive_form) << what << ": " << pair;
+    else
+      EXPECT_TRUE(two_primitive_form) << what << ": " << pair;
+  }
+}
+
 // The same four convs as the "blocked" variant: every conv writes nChw16c, so the pair runs
 // as oneDNN's one-pass jit kernel instead of being split (3 conv primitives, not 4), nothing
 // runs on channels-last brgconv, and the program still reorders only at the boundary. Fails

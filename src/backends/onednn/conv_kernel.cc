@@ -527,7 +527,8 @@ bool jit_fused(const std::string& impl) {
   return true;
 }
 
-void emit_conv_dw(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm) {
+void emit_conv_dw(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm,
+                  DepthwisePairForm form) {
   if (!conv_dw_group(sub))
     fail(ErrorKind::kUnsupported, "onednn: not a 1x1 conv followed by a 3x3 depthwise conv");
   const Consumers consumers = sub.consumers();
@@ -615,6 +616,10 @@ void emit_conv_dw(const Graph& sub, ValueMemories& values, ConvAlgorithm algorit
   });
   if (!jit_fused(pd.impl_info_str()))
     fail(ErrorKind::kUnsupported, "onednn: the depthwise post-op runs as {} here",
+         pd.impl_info_str());
+  if (form == DepthwisePairForm::kOnePass &&
+      std::string(pd.impl_info_str()).rfind("ref_fused_convolution", 0) == 0)
+    fail(ErrorKind::kUnsupported, "onednn: the depthwise post-op runs as two primitives ({})",
          pd.impl_info_str());
   // In a region, where the input is already in an activation layout the fused kernel does
   // not read (its one-pass jit_1x1 form wants nChw16c; the convs around it chose

@@ -44,7 +44,8 @@ std::string backend_version() {
   // 16-channel vector values, its tile blocks split by rows first (winograd_conv.cc). 25: a
   // Slice/Split of a value its producer wrote with other dims (a MatMul's flattened batch) cuts
   // its row-major form (ValueMemories::sub_view); MaxViT's attention regions had failed.
-  constexpr int kKernelRevision = 25;
+  // 26: a region takes a 1x1 + depthwise pair only in oneDNN's one-pass form (conv_kernel.cc).
+  constexpr int kKernelRevision = 26;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

@@ -161,7 +161,8 @@ std::unique_ptr<Kernel> compile_group(const Graph& subgraph, Emitter emit) {
   return std::make_unique<ProgramKernel>(std::move(program));
 }
 
-void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algorithm) {
+void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algorithm,
+                DepthwisePairForm pair_form) {
   if (sub.num_nodes() == 0) fail(ErrorKind::kUnsupported, "onednn: empty group");
   const Node& first = sub.node(0);
   if (!first.domain.empty())
@@ -179,7 +180,8 @@ void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algo
   if ((t == "Reshape" && sub.num_nodes() == 3) || layout_head(sub, first))
     return emit_layout(sub, values);
   if (t == "Where") return emit_select(sub, values);
-  if (t == "Conv" && conv_dw_group(sub)) return emit_conv_dw(sub, values, conv_algorithm);
+  if (t == "Conv" && conv_dw_group(sub))
+    return emit_conv_dw(sub, values, conv_algorithm, pair_form);
   if (t == "Conv" || t == "ConvTranspose") return emit_conv(sub, values, conv_algorithm);
   if (const Family* f = family_of(t)) {
     if (!f->emit) fail(ErrorKind::kUnsupported, "onednn: {} runs only as a kernel of its own", t);

@@ -29,9 +29,10 @@ bool elementwise_head(const Graph& g, const Node& n, ValueId* x = nullptr);
 std::vector<Match> grow_tails(const Graph& g);
 
 // Appends group `subgraph` (node 0 its head; a view op alone is a view) to
-// values.program(), dispatching on the head's op; a Conv head uses `conv_algorithm`.
-// Throws kUnsupported for heads without an emitter.
+// values.program(), dispatching on the head's op; a Conv head uses `conv_algorithm`, a
+// 1x1 + depthwise pair `pair_form`. Throws kUnsupported for heads without an emitter.
 void emit_group(const Graph& subgraph, ValueMemories& values,
-                ConvAlgorithm conv_algorithm = ConvAlgorithm::kDirect);
+                ConvAlgorithm conv_algorithm = ConvAlgorithm::kDirect,
+                DepthwisePairForm pair_form = DepthwisePairForm::kAnyJit);
 
 }  // namespace collage::onednn

@@ -46,8 +46,16 @@ bool conv_dw_group(const Graph& subgraph);
 // (the head's output or the end of its eltwise tail) alone; -1 when there is none.
 NodeId depthwise_post_op(const Graph& g, const std::vector<std::vector<NodeId>>& consumers,
                          NodeId head, ValueId cur);
+// Which of oneDNN's forms of the pair a kernel takes. kAnyJit: also `ref_fused_convolution`
+// (two jit primitives one after another through a scratchpad), a kernel of its own where the
+// alternative is two kernels with a plain boundary between them. kOnePass: only the one-pass
+// jit_1x1 form (the depthwise rows computed as the 1x1 produces them); a region refuses the
+// two-primitive form, where its own two primitives in one program ran 20-30 % faster per pair
+// (MobileNetV2 at 2 threads, docs/DESIGN.md "Cross-op fusion: 1x1 conv + depthwise conv").
+enum class DepthwisePairForm { kAnyJit, kOnePass };
 void emit_conv_dw(const Graph& subgraph, ValueMemories& values,
-                  ConvAlgorithm algorithm = ConvAlgorithm::kDirect);
+                  ConvAlgorithm algorithm = ConvAlgorithm::kDirect,
+                  DepthwisePairForm form = DepthwisePairForm::kAnyJit);
 std::unique_ptr<Kernel> compile_conv_dw(const Graph& subgraph);
 // MatMul (batched, broadcasting) / Gemm (transA/B, alpha, beta, C) + tail.  matmul_kernel.cc
 // Node 0 may be a Reshape/Flatten/Squeeze/Unsqueeze of A (read in place), then the head.

@@ -169,9 +169,10 @@ class RegionCompiler {
     for (int k = 0; k < kMaxTail; ++k) {
       std::optional<TailStep> step = next_tail_step(region_, consumers_, cur);
       if (!step && !depthwise) {
-        // A 1x1 conv's tail may end in the depthwise conv it runs as a post-op (append_dw):
-        // measured never slower than the two primitives in one program, and up to 2.3x
-        // faster where oneDNN's fused form avoids a layout change (docs/DESIGN.md).
+        // A 1x1 conv's tail may end in the depthwise conv it runs as a post-op (append_dw),
+        // where oneDNN builds the pair as its one-pass kernel (2.3x faster than the two
+        // primitives on 16 -> 192 at 112x112); its two-primitive form is refused and the
+        // group splits (DepthwisePairForm::kOnePass, docs/DESIGN.md).
         const NodeId dw = depthwise_post_op(region_, consumers_, head, cur);
         if (dw >= 0) step = TailStep{{dw}, region_.node(dw).outputs[0], {}};
         depthwise = dw >= 0;
@@ -260,9 +261,10 @@ class RegionCompiler {
     for (size_t i = 0; i < b.outputs.size(); ++i)
       if (values_.has(b.outputs[i])) group_values.set(sub.outputs[i], values_.entry(b.outputs[i]));
     const NodeId head = *std::min_element(nodes.begin(), nodes.end());
-    emit_group(sub, group_values,
-               static_cast<size_t>(head) < algorithms_.size() ? algorithms_[head]
-                                                              : ConvAlgorithm::kDirect);
+    emit_group(
+        sub, group_values,
+        static_cast<size_t>(head) < algorithms_.size() ? algorithms_[head] : ConvAlgorithm::kDirect,
+        DepthwisePairForm::kOnePass);
     // Inputs come back too: a reorder one group made is reused by the next reader.
     for (size_t i = 0; i < b.inputs.size(); ++i)
       values_.set(b.inputs[i], group_values.entry(sub.inputs[i]));
