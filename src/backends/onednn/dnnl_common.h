@@ -52,8 +52,8 @@ dnnl::memory::desc channel_blocked_md(const Dims& dims);
 // Left-pads `shape` with ones to `rank` dims (numpy broadcasting alignment).
 Shape pad_rank(const Shape& shape, size_t rank);
 
-// "[1,64,49,96] strides [..]" or "[1,64,56,56] blocked 16c": what an error names when oneDNN
-// refuses a reorder between two layouts.
+// "[1,64] strides [192,1]", "[1,64,56,56] strides [..] block 1:16" (dim 1 in blocks of 16):
+// what an error names when oneDNN refuses a reorder between two layouts.
 std::string md_text(const dnnl::memory::desc& md);
 
 // Every attr we build uses a user scratchpad: oneDNN's library scratchpad is freed and
