@@ -509,11 +509,17 @@ bool conv_dw_group(const Graph& sub) {
   return false;
 }
 
+// oneDNN's two-primitive form of the pair: ref_fused_convolution runs two jit primitives one
+// after another over a scratchpad intermediate.
+bool two_primitive_form(const std::string& impl) {
+  return impl.rfind("ref_fused_convolution", 0) == 0;
+}
+
 // oneDNN's fused implementation: a jit 1x1 kernel computing the depthwise rows as it goes
-// ("jit_1x1:avx512_core"), or ref_fused_convolution, which runs two jit primitives one after
-// another over a scratchpad intermediate. Refused: any plain reference ("ref:") part.
+// ("jit_1x1:avx512_core"), or the two-primitive form. Refused: any plain reference ("ref:")
+// part.
 bool jit_fused(const std::string& impl) {
-  if (impl.rfind("ref_fused_convolution", 0) != 0) return !is_reference_impl(impl);
+  if (!two_primitive_form(impl)) return !is_reference_impl(impl);
   size_t start = 0;
   bool first = true;
   while (start <= impl.size()) {
@@ -614,13 +620,12 @@ void emit_conv_dw(const Graph& sub, ValueMemories& values, ConvAlgorithm algorit
                                         {0, 0}, {0, 0}, {0, 0}),
         attr, cpu_engine());
   });
-  if (!jit_fused(pd.impl_info_str()))
-    fail(ErrorKind::kUnsupported, "onednn: the depthwise post-op runs as {} here",
-         pd.impl_info_str());
-  if (form == DepthwisePairForm::kOnePass &&
-      std::string(pd.impl_info_str()).rfind("ref_fused_convolution", 0) == 0)
+  const std::string impl = pd.impl_info_str();
+  if (!jit_fused(impl))
+    fail(ErrorKind::kUnsupported, "onednn: the depthwise post-op runs as {} here", impl);
+  if (form == DepthwisePairForm::kOnePass && two_primitive_form(impl))
     fail(ErrorKind::kUnsupported, "onednn: the depthwise post-op runs as two primitives ({})",
-         pd.impl_info_str());
+         impl);
   // In a region, where the input is already in an activation layout the fused kernel does
   // not read (its one-pass jit_1x1 form wants nChw16c; the convs around it chose
   // channels-last), the reorders in and out cost more than the fusion saves: the region then
@@ -629,8 +634,7 @@ void emit_conv_dw(const Graph& sub, ValueMemories& values, ConvAlgorithm algorit
   // split against 3.31-3.63 fused with the two reorders.
   if (values.would_reorder(x, pd.query_md(dnnl::query::src_md)))
     fail(ErrorKind::kUnsupported,
-         "onednn: the depthwise post-op reads another layout than its input's ({})",
-         pd.impl_info_str());
+         "onednn: the depthwise post-op reads another layout than its input's ({})", impl);
   const dnnl::memory::desc chosen_dst = pd.query_md(dnnl::query::dst_md);
   if (chosen_dst.dims() != to_dims(ys))
     fail(ErrorKind::kUnsupported, "onednn: the depthwise post-op's output is not {}",
