@@ -1,21 +1,15 @@
 #include <onnx/onnx_pb.h>
 
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "collage/model.h"
+#include "ir/onnx_proto_util.h"
 
 namespace collage {
 
 std::vector<std::string> model_input_names(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) fail(ErrorKind::kIo, "cannot open model file '{}'", path);
-  std::stringstream bytes;
-  bytes << file.rdbuf();
   onnx::ModelProto model;
-  if (!model.ParseFromString(bytes.str()))
-    fail(ErrorKind::kParse, "'{}' is not a valid ONNX model (protobuf parse failed)", path);
+  onnx_util::parse_message(onnx_util::FileBytes(path).view(), model, "'" + path + "'");
   std::set<std::string> initializers;
   for (const auto& init : model.graph().initializer()) initializers.insert(init.name());
   std::vector<std::string> names;

@@ -354,7 +354,7 @@ class Importer {
   throw Error(e.kind(), fmt::format("{}: {}", source, e.what()));
 }
 
-Graph load_impl(const std::string& bytes, const std::string& base_dir, const LoadOptions& options,
+Graph load_impl(std::string_view bytes, const std::string& base_dir, const LoadOptions& options,
                 const std::string& source) {
   try {
     onnx::ModelProto model;
@@ -391,10 +391,10 @@ void prepare_model_loader() {
 }
 
 Graph load_model(const std::string& path, const LoadOptions& options) {
-  std::string bytes = onnx_util::read_file(path);
+  const onnx_util::FileBytes bytes(path);
   std::string base_dir = std::filesystem::path(path).parent_path().string();
   if (base_dir.empty()) base_dir = ".";
-  return load_impl(bytes, base_dir, options, "'" + path + "'");
+  return load_impl(bytes.view(), base_dir, options, "'" + path + "'");
 }
 
 Graph load_model_from_bytes(const std::string& bytes, const std::string& base_dir,

@@ -2,8 +2,13 @@
 // kind of hostile input the importer must turn into the right Error.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "collage/model.h"
 #include "import_test_util.h"
@@ -51,6 +56,31 @@ TEST_F(Import, FromBytesMatchesFromFile) {
   Graph g = load_model_from_bytes(read_bytes(test_data("add_w.onnx")), "");
   EXPECT_EQ(g.num_nodes(), 1u);
   EXPECT_EQ(g.num_values(), 3u);
+}
+
+// A regular file is mapped; a pipe cannot be and is read in chunks (onnx_proto_util.h,
+// FileBytes): both give the same model, and an empty file is an invalid model, not a crash.
+TEST_F(Import, ModelThroughAPipeAndAnEmptyFile) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "collage_import_pipe";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path fifo = dir / "model.onnx";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  const std::string bytes = read_bytes(test_data("add_w.onnx"));
+  std::thread writer([&] {
+    std::ofstream out(fifo, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  });
+  Graph from_pipe = load_model(fifo.string());
+  writer.join();
+  EXPECT_EQ(from_pipe.num_nodes(), 1u);
+  const auto w = from_pipe.find_value("w");
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(from_pipe.value(*w).constant.to_float_vector(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  const fs::path empty = dir / "empty.onnx";
+  std::ofstream(empty).close();
+  expect_error([&] { load_model(empty.string()); }, ErrorKind::kInvalidModel, "no graph");
+  fs::remove_all(dir);
 }
 
 TEST_F(Import, ExternalDataInsideTheFolder) {
