@@ -29,6 +29,9 @@ class Tensor {
   Tensor(DType dtype, Shape shape);
   // A non-owning view; `data` must outlive every use of the view.
   static Tensor view(DType dtype, Shape shape, void* data);
+  // An owning tensor over `storage` (at least nbytes() long, kept alive by the tensor): bytes
+  // made elsewhere become a tensor without a copy (a model's initializers, onnx_import.cc).
+  static Tensor adopt(DType dtype, Shape shape, std::shared_ptr<std::byte[]> storage);
   // Owning tensor from a vector of values (tests, constants).
   template <typename T>
   static Tensor from_vector(Shape shape, const std::vector<T>& values);

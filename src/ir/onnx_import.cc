@@ -101,15 +101,18 @@ class Importer {
       if (init.name().empty()) fail(ErrorKind::kInvalidModel, "an initializer has no name");
       if (by_name_.count(init.name()))
         fail(ErrorKind::kInvalidModel, "initializer '{}' is defined twice", init.name());
-      Tensor t = onnx_util::tensor_from_proto(init, base_dir_, options_.max_tensor_bytes);
+      // Its data read from a file or taken out of the proto: the checker sees a stand-in.
+      const bool stub = init.data_location() == onnx::TensorProto::EXTERNAL || init.has_raw_data();
+      Tensor t = onnx_util::take_tensor_from_proto(init, base_dir_, options_.max_tensor_bytes);
       by_name_[init.name()] = graph_.add_constant(init.name(), std::move(t));
-      if (init.data_location() == onnx::TensorProto::EXTERNAL) stub_external(init);
+      if (stub) stub_for_checker(init);
     }
   }
 
   // The ONNX checker resolves external data against the current directory, not the
-  // model's folder; we have read (and path-checked) it already, so it sees a stand-in.
-  static void stub_external(onnx::TensorProto& init) {
+  // model's folder; we have read (and path-checked) it already, so it sees a stand-in. So
+  // does an initializer whose raw data the graph took over (take_tensor_from_proto).
+  static void stub_for_checker(onnx::TensorProto& init) {
     init.clear_external_data();
     init.set_data_location(onnx::TensorProto::DEFAULT);
     init.clear_dims();

@@ -48,6 +48,11 @@ DType dtype_from_onnx(int32_t data_type, const std::string& what);
 // External data is read from below `base_dir` ("" forbids external data).
 Tensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& base_dir,
                          int64_t max_tensor_bytes);
+// The same, but raw_data is moved into the tensor instead of copied (`proto` is left without
+// it): each copy of a model's weights into fresh memory pays the first touch of its pages
+// (docs/DESIGN.md, "Loading a model").
+Tensor take_tensor_from_proto(onnx::TensorProto& proto, const std::string& base_dir,
+                              int64_t max_tensor_bytes);
 
 onnx::TensorProto tensor_to_proto(const Tensor& tensor, const std::string& name);
 

@@ -268,34 +268,70 @@ DType dtype_from_onnx(int32_t data_type, const std::string& what) {
   }
 }
 
+namespace {
+
+// What a TensorProto declares, checked: its element type, shape and byte count.
+struct DeclaredTensor {
+  std::string what;
+  DType dtype;
+  Shape shape;
+  int64_t bytes;
+};
+
+DeclaredTensor declared_tensor(const onnx::TensorProto& p, int64_t max_tensor_bytes) {
+  DeclaredTensor d;
+  d.what = fmt::format("tensor '{}'", p.name());
+  d.dtype = dtype_from_onnx(p.data_type(), d.what);
+  if (p.has_segment())
+    fail(ErrorKind::kUnsupported, "{}: segmented tensors are not supported", d.what);
+  d.shape.assign(p.dims().begin(), p.dims().end());
+  for (int64_t dim : d.shape)
+    if (dim < 0)
+      fail(ErrorKind::kInvalidModel, "{} has a negative dimension: {}", d.what,
+           shape_to_string(d.shape));
+  d.bytes = expected_bytes(p, d.dtype, d.shape, max_tensor_bytes);
+  return d;
+}
+
+void check_raw_data_size(const onnx::TensorProto& p, const DeclaredTensor& d) {
+  if (static_cast<int64_t>(p.raw_data().size()) != d.bytes)
+    fail(ErrorKind::kInvalidModel, "{} has {} bytes of raw data but shape {} ({}) needs {}", d.what,
+         p.raw_data().size(), shape_to_string(d.shape), dtype_name(d.dtype), d.bytes);
+}
+
+}  // namespace
+
 Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir,
                          int64_t max_tensor_bytes) {
-  const std::string what = fmt::format("tensor '{}'", p.name());
-  DType dtype = dtype_from_onnx(p.data_type(), what);
-  if (p.has_segment())
-    fail(ErrorKind::kUnsupported, "{}: segmented tensors are not supported", what);
-  Shape shape(p.dims().begin(), p.dims().end());
-  for (int64_t d : shape)
-    if (d < 0)
-      fail(ErrorKind::kInvalidModel, "{} has a negative dimension: {}", what,
-           shape_to_string(shape));
-  int64_t bytes = expected_bytes(p, dtype, shape, max_tensor_bytes);
-  Tensor t(dtype, shape);
+  const DeclaredTensor d = declared_tensor(p, max_tensor_bytes);
+  Tensor t(d.dtype, d.shape);
   if (p.data_location() == onnx::TensorProto::EXTERNAL) {
     read_external(p, base_dir, t);
   } else if (p.has_raw_data()) {
-    if (static_cast<int64_t>(p.raw_data().size()) != bytes)
-      fail(ErrorKind::kInvalidModel, "{} has {} bytes of raw data but shape {} ({}) needs {}", what,
-           p.raw_data().size(), shape_to_string(shape), dtype_name(dtype), bytes);
-    if (bytes) std::memcpy(t.raw(), p.raw_data().data(), bytes);
+    check_raw_data_size(p, d);
+    if (d.bytes) std::memcpy(t.raw(), p.raw_data().data(), d.bytes);
   } else {
-    int count = typed_field_size(p, dtype);
+    int count = typed_field_size(p, d.dtype);
     if (count != t.numel())
-      fail(ErrorKind::kInvalidModel, "{} has {} elements of data but shape {} needs {}", what,
-           count, shape_to_string(shape), t.numel());
+      fail(ErrorKind::kInvalidModel, "{} has {} elements of data but shape {} needs {}", d.what,
+           count, shape_to_string(d.shape), t.numel());
     copy_typed_fields(p, t);
   }
   return t;
+}
+
+Tensor take_tensor_from_proto(onnx::TensorProto& p, const std::string& base_dir,
+                              int64_t max_tensor_bytes) {
+  if (p.data_location() == onnx::TensorProto::EXTERNAL || !p.has_raw_data())
+    return tensor_from_proto(p, base_dir, max_tensor_bytes);
+  const DeclaredTensor d = declared_tensor(p, max_tensor_bytes);
+  check_raw_data_size(p, d);
+  // The tensor's elements are read in place: the string's buffer (from operator new, or
+  // inside the string object, itself from operator new) is aligned as Tensor's own storage.
+  std::string* raw = p.release_raw_data();
+  std::shared_ptr<std::byte[]> storage(reinterpret_cast<std::byte*>(raw->data()),
+                                       [raw](std::byte*) { delete raw; });
+  return Tensor::adopt(d.dtype, d.shape, std::move(storage));
 }
 
 onnx::TensorProto tensor_to_proto(const Tensor& tensor, const std::string& name) {

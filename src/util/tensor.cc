@@ -53,6 +53,13 @@ Tensor Tensor::view(DType dtype, Shape shape, void* data) {
   return t;
 }
 
+Tensor Tensor::adopt(DType dtype, Shape shape, std::shared_ptr<std::byte[]> storage) {
+  if (!storage) fail(ErrorKind::kInvalidArgument, "Tensor::adopt: no storage");
+  Tensor t = view(dtype, std::move(shape), storage.get());
+  t.owner_ = std::move(storage);
+  return t;
+}
+
 Tensor Tensor::clone() const {
   if (!defined()) return {};
   Tensor t(dtype_, shape_);

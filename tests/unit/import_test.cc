@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "collage/model.h"
+#include "graph_builder.h"
 #include "import_test_util.h"
 
 namespace collage {
@@ -18,6 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::expect_error;
+using testing::GraphBuilder;
 using testing::test_data;
 
 class Import : public ::testing::Test {
@@ -228,6 +230,39 @@ TEST_F(Import, LegacyBroadcastOfAGraphInput) {
   ASSERT_EQ(g.num_nodes(), 1u);
   EXPECT_FALSE(g.node(0).has_attr("broadcast"));  // rewritten to numpy broadcasting
   EXPECT_EQ(g.value(g.outputs[0]).shape, (Shape{2, 3}));
+}
+
+// An initializer's raw data becomes the graph's constant without a copy (onnx_proto_util.h,
+// take_tensor_from_proto): the values must be the file's and outlive the parsed proto, which
+// load_model_from_bytes has freed by the time it returns.
+TEST_F(Import, InitializerRawDataOutlivesTheParse) {
+  GraphBuilder b;
+  const ValueId x = b.input("x", DType::kFloat32, {4, 3});
+  const ValueId w = b.random_constant("w", {4, 3});
+  const ValueId s = b.random_constant("s", {1});  // smaller than a string's inline buffer
+  const ValueId y = b.add1("Add", {x, w});
+  b.output(b.add1("Mul", {y, s}));
+  const Graph built = b.finish();
+  const Graph g = load_model_from_bytes(model_to_bytes(built), "");
+  for (ValueId v : {w, s}) {
+    const std::string& name = built.value(v).name;
+    const auto loaded = g.find_value(name);
+    ASSERT_TRUE(loaded.has_value()) << name;
+    EXPECT_TRUE(g.value(*loaded).constant.owns_storage()) << name;
+    EXPECT_EQ(g.value(*loaded).constant.to_float_vector(),
+              built.value(v).constant.to_float_vector())
+        << name;
+  }
+}
+
+TEST(TensorAdopt, KeepsItsStorageAlive) {
+  std::shared_ptr<std::byte[]> storage(new std::byte[3 * sizeof(float)]);
+  const float values[3] = {1.5f, -2.0f, 0.25f};
+  std::memcpy(storage.get(), values, sizeof values);
+  const Tensor t = Tensor::adopt(DType::kFloat32, {3}, std::move(storage));
+  EXPECT_TRUE(t.owns_storage());
+  EXPECT_EQ(t.to_float_vector(), (std::vector<float>{1.5f, -2.0f, 0.25f}));
+  expect_error([] { Tensor::adopt(DType::kFloat32, {3}, nullptr); }, ErrorKind::kInvalidArgument);
 }
 
 TEST(TensorFile, ReadsConformanceData) {
