@@ -45,7 +45,8 @@ std::string backend_version() {
   // Slice/Split of a value its producer wrote with other dims (a MatMul's flattened batch) cuts
   // its row-major form (ValueMemories::sub_view); MaxViT's attention regions had failed.
   // 26: a region takes a 1x1 + depthwise pair only in oneDNN's one-pass form (conv_kernel.cc).
-  constexpr int kKernelRevision = 26;
+  // 27: a BatchNorm oneDNN would run in its non-jit kernel is a binary Mul + Add (norm_kernel.cc).
+  constexpr int kKernelRevision = 27;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

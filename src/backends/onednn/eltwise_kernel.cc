@@ -112,6 +112,12 @@ void emit_elementwise(const Graph& sub, ValueMemories& values) {
   Tail tail = parse_tail(sub, head->out, covered);
   std::vector<PostOp> ops = head->ops;
   ops.insert(ops.end(), tail.ops.begin(), tail.ops.end());
+  emit_post_op_chain(std::move(ops), x, tail.out, /*refuse_reference=*/sub.num_nodes() > 1, sub,
+                     values);
+}
+
+void emit_post_op_chain(std::vector<PostOp> ops, ValueId x, ValueId out, bool refuse_reference,
+                        const Graph& sub, ValueMemories& values) {
   Shape shape = sub.value(x).shape;
   PostOp first;
   if (ops.front().kind == PostOp::Kind::kBinary || ops.size() == 1) {
@@ -156,7 +162,7 @@ void emit_elementwise(const Graph& sub, ValueMemories& values) {
     }
   }
   if (md != x_mem.get_desc()) x_mem = values.read(x, md);
-  dnnl::memory y_mem = values.destination(tail.out, md);
+  dnnl::memory y_mem = values.destination(out, md);
   BoundPostOps post = bind_post_ops(ops, shape, map, values, /*allow_sum=*/false, &md);
   dnnl::primitive_attr attr = base_attr();
   attr.set_post_ops(post.ops);
@@ -187,12 +193,12 @@ void emit_elementwise(const Graph& sub, ValueMemories& values) {
     args.emplace_back(DNNL_ARG_SRC_0, x_mem);
     args.emplace_back(DNNL_ARG_SRC_1, src1);
   }
-  if (sub.num_nodes() > 1 && is_reference_impl(pd->impl_info_str()))
+  if (refuse_reference && is_reference_impl(pd->impl_info_str()))
     fail(ErrorKind::kUnsupported, "onednn: no optimized elementwise kernel with these post-ops");
   if (post.residual) program.copy(post.residual, y_mem);
   args.insert(args.end(), post.args.begin(), post.args.end());
   program.add(prim, *pd, std::move(args));
-  values.produced(tail.out, y_mem);
+  values.produced(out, y_mem);
 }
 
 std::unique_ptr<Kernel> compile_elementwise(const Graph& sub) {

@@ -18,6 +18,8 @@
 
 namespace collage::onednn {
 
+struct PostOp;  // epilogue.h
+
 using Emitter = void (*)(const Graph& subgraph, ValueMemories& values);
 // A kernel of one group: `emit` over plain memories bound to the subgraph's boundary.
 std::unique_ptr<Kernel> compile_group(const Graph& subgraph, Emitter emit);
@@ -106,6 +108,11 @@ std::unique_ptr<Kernel> compile_prelu(const Graph& subgraph);
 // A chain of elementwise ops (unary, binary with broadcasting, exported GELU).
 // eltwise_kernel.cc
 void emit_elementwise(const Graph& subgraph, ValueMemories& values);
+// The post-op steps `ops` applied to `x` of `subgraph` in one pass, writing `out`: the first
+// step as an eltwise or binary primitive, the rest as its post-ops. With `refuse_reference`,
+// kUnsupported where oneDNN has only its reference loop for them.
+void emit_post_op_chain(std::vector<PostOp> ops, ValueId x, ValueId out, bool refuse_reference,
+                        const Graph& subgraph, ValueMemories& values);
 std::unique_ptr<Kernel> compile_elementwise(const Graph& subgraph);
 
 // The families as one table, so that the patterns, compile(), emit_group() and the region
