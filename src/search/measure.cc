@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <string_view>
 
 #include <omp.h>
 
@@ -230,10 +232,34 @@ MeasureResult Measurer::measure(const Graph& model, const Candidate& candidate,
   return {record, false};
 }
 
+namespace {
+
+// What reference outputs are cached by: the canonical text, which holds a big constant's
+// shape only (a cost does not depend on weight values), and a hash of every constant's
+// bytes (outputs do). By the text alone, two convolutions of one shape with other weights
+// shared outputs: the second, measured right after the first (a confirmation of the chosen
+// plan, a recheck), was compared with the first's outputs and failed as a "wrong result"
+// (bench/results/cnn's cost DB of 2026-12-05: a 512->128 1x1 conv + Relu on onednn-graph, a
+// torch-graph group and a confirmation, all correct kernels).
+std::string reference_key(const Graph& sub, const std::string& canonical) {
+  size_t h = 0;
+  for (size_t v = 0; v < sub.num_values(); ++v) {
+    const Value& value = sub.value(static_cast<ValueId>(v));
+    if (!value.is_constant()) continue;
+    const Tensor& t = value.constant;
+    h = h * 1099511628211ULL ^ std::hash<std::string_view>{}(
+                                   std::string_view(static_cast<const char*>(t.raw()), t.nbytes()));
+  }
+  return fmt::format("{}constants {:016x}\n", canonical, h);
+}
+
+}  // namespace
+
 const std::vector<Tensor>& Measurer::reference_outputs(const Graph& sub,
                                                        const std::string& canonical,
                                                        const std::vector<Tensor>& inputs) {
-  auto it = reference_cache_.find(canonical);
+  const std::string key = reference_key(sub, canonical);
+  auto it = reference_cache_.find(key);
   if (it != reference_cache_.end()) return it->second;
   // The tuner measures a subgraph on every backend in a row, so the last few subgraphs are
   // all the cache needs; keeping every one would grow memory with each candidate (a
@@ -241,7 +267,7 @@ const std::vector<Tensor>& Measurer::reference_outputs(const Graph& sub,
   if (reference_cache_.size() >= kReferenceCacheEntries) reference_cache_.clear();
   std::vector<Tensor> outs = allocate_outputs(sub);
   BackendRegistry::global().fallback().compile(sub, CompileOptions{})->run(inputs, outs);
-  return reference_cache_[canonical] = std::move(outs);
+  return reference_cache_[key] = std::move(outs);
 }
 
 CostRecord Measurer::measure_uncached(const KernelJob& job, const std::string& canonical,

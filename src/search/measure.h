@@ -181,7 +181,8 @@ class Measurer {
   Hardware hardware_;
   MeasureOptions options_;
   static constexpr size_t kReferenceCacheEntries = 4;
-  std::map<std::string, std::vector<Tensor>> reference_cache_;  // by canonical text
+  // By canonical text and the constants' values (reference_key in measure.cc).
+  std::map<std::string, std::vector<Tensor>> reference_cache_;
   IsolatedWorker* isolated_ = nullptr;
   // Grows the eviction buffer to `bytes` where it is smaller (touched and timed once per
   // size: first touches of fresh pages are slow and would be timed), and returns the time an

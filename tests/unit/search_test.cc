@@ -582,6 +582,30 @@ int runs_against_bar(const Measurer& measurer, double abandon_above_ms) {
 
 // Timing stops after Measurer::kAbandonSamples samples only when even the fastest of them is
 // above the bar; otherwise it goes on as before (here to max_repeats).
+// Two subgraphs of one canonical text (a big constant's shape only) but other weights,
+// measured one after the other in one Measurer: each is checked against its own reference
+// outputs. Keyed by the text alone, the second was compared with the first's and failed as
+// a wrong result.
+TEST(Measurer, SameShapedSubgraphsWithOtherWeightsEachPassTheirOwnCheck) {
+  auto conv = [](float scale) {
+    testing::GraphBuilder b;
+    const ValueId x = b.input("x", DType::kFloat32, {1, 32, 6, 5});
+    const ValueId w = b.random_constant("w", {16, 32, 1, 1}, scale);
+    b.output(b.add1("Relu", {b.add1("Conv", {x, w})}));
+    return b.finish();
+  };
+  const Graph first = conv(1.0f), second = conv(-0.5f);
+  ASSERT_EQ(canonical_text(first), canonical_text(second));
+  Measurer measurer(nullptr, this_machine(1), MeasureOptions{});
+  Backend& onednn = BackendRegistry::global().get("onednn");
+  const Candidate both{{0, 1}, &onednn, "", 1};
+  for (const Graph* g : {&first, &second, &first}) {
+    const MeasureResult r = measurer.measure(*g, both);
+    EXPECT_TRUE(r.record.ok) << r.record.reason;
+    EXPECT_FALSE(r.cache_hit);
+  }
+}
+
 TEST(Measurer, TimingStopsEarlyOnlyWhenEvenItsFastestSampleIsAboveTheAbandonBar) {
   const Measurer measurer(nullptr, this_machine(1), timing_options(0, 12));
   EXPECT_EQ(runs_against_bar(measurer, 0.2), Measurer::kAbandonSamples);
