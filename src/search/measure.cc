@@ -240,7 +240,8 @@ namespace {
 // shared outputs: the second, measured right after the first (a confirmation of the chosen
 // plan, a recheck), was compared with the first's outputs and failed as a "wrong result"
 // (bench/results/cnn's cost DB of 2026-12-05: a 512->128 1x1 conv + Relu on onednn-graph, a
-// torch-graph group and a confirmation, all correct kernels).
+// torch-graph group and a confirmation, all correct kernels). std::hash, not digest(): that
+// FNV-1a loop takes a byte at a time, and a candidate's constants run to megabytes.
 std::string reference_key(const Graph& sub, const std::string& canonical) {
   size_t h = 0;
   for (size_t v = 0; v < sub.num_values(); ++v) {

@@ -81,18 +81,22 @@ std::vector<PostOp> affine_of_batch_norm(const Graph& sub, const Node& bn, bool 
   Shape per_channel(rank, 1);
   per_channel[1] = c;
   Tensor a(DType::kFloat32, per_channel), b(DType::kFloat32, per_channel);
+  float* pa = a.data<float>();
+  float* pb = b.data<float>();
   for (int64_t k = 0; k < c; ++k) {
-    a.data<float>()[k] = scale[k] / std::sqrt(var[k] + eps);
-    b.data<float>()[k] = shift[k] - mean[k] * a.data<float>()[k];
+    pa[k] = scale[k] / std::sqrt(var[k] + eps);
+    pb[k] = shift[k] - mean[k] * pa[k];
   }
-  std::vector<PostOp> ops(2);
-  for (auto [op, alg, t] : {std::tuple{&ops[0], dnnl::algorithm::binary_mul, a},
-                            std::tuple{&ops[1], dnnl::algorithm::binary_add, b}}) {
-    op->kind = PostOp::Kind::kBinary;
-    op->alg = alg;
-    op->constant = t;
-    op->operand_shape = per_channel;
-  }
+  auto per_channel_op = [&](dnnl::algorithm alg, Tensor operand) {
+    PostOp op;
+    op.kind = PostOp::Kind::kBinary;
+    op.alg = alg;
+    op.constant = std::move(operand);
+    op.operand_shape = per_channel;
+    return op;
+  };
+  std::vector<PostOp> ops = {per_channel_op(dnnl::algorithm::binary_mul, std::move(a)),
+                             per_channel_op(dnnl::algorithm::binary_add, std::move(b))};
   if (relu) {
     PostOp r;
     r.alg = dnnl::algorithm::eltwise_relu;
