@@ -24,6 +24,22 @@ fs::path preferred_dir(const std::string& kind) {
   return fs::path(home && *home ? home : ".") / ".cache" / "collage" / kind;
 }
 
+// The temporary folders this process made, by kind: removed when it exits normally, since
+// nothing in them is meant to outlive it (a kernel loaded from one stays mapped). Before,
+// each process left its folder behind (one per `make test`, from the Halide test of an
+// unwritable cache dir). Only by the process that made them: a forked child that exits must
+// not take its parent's files.
+struct TempDirs {
+  std::mutex mutex;
+  std::map<std::string, fs::path> by_kind;
+  pid_t owner = getpid();
+  ~TempDirs() {
+    if (getpid() != owner) return;
+    std::error_code ec;
+    for (const auto& [kind, path] : by_kind) fs::remove_all(path, ec);
+  }
+};
+
 }  // namespace
 
 KernelCacheDir kernel_cache_dir(const std::string& kind) {
@@ -31,10 +47,9 @@ KernelCacheDir kernel_cache_dir(const std::string& kind) {
   fs::path dir = preferred_dir(kind);
   fs::create_directories(dir, ec);
   if (!ec && access(dir.c_str(), W_OK) == 0) return {dir, true};
-  static std::mutex mutex;
-  static std::map<std::string, fs::path> temps;
-  std::lock_guard<std::mutex> lock(mutex);
-  fs::path& temp = temps[kind];
+  static TempDirs temps;
+  std::lock_guard<std::mutex> lock(temps.mutex);
+  fs::path& temp = temps.by_kind[kind];
   if (temp.empty()) {
     std::string pattern = (fs::temp_directory_path(ec) / ("collage-" + kind + "-XXXXXX")).string();
     if (!mkdtemp(pattern.data()))

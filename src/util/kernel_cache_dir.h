@@ -1,8 +1,9 @@
 // Where code-generating backends (halide, cuda-gen) keep compiled kernels between processes:
 // $COLLAGE_CACHE_DIR/<kind>, else $XDG_CACHE_HOME/collage/<kind>, else ~/.cache/collage/<kind>.
 // When that cannot be created or written, a private temporary directory (warned once per
-// kind) where nothing is meant to persist. Files are named by a hash of everything that
-// determines their contents and written atomically, since processes share the directory.
+// kind) where nothing is meant to persist: the process removes it when it exits. Files are
+// named by a hash of everything that determines their contents and written atomically, since
+// processes share the directory.
 #pragma once
 
 #include <filesystem>

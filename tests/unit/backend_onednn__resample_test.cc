@@ -94,6 +94,21 @@ TEST(OnednnResample, ClaimedFormsComputeWhatReferenceDoes) {
   }
 }
 
+// A large output is written with non-temporal stores, into whatever tensor the caller
+// passes (the measure worker and these tests pass tensors of their own, not the executor's
+// arena). An 8x linear upsampling of a segmentation head (21 classes, 40x40 -> 320x320, 8.6
+// MB: LRASPP-MobileNetV3's last Resize) died of SIGSEGV in oneDNN's jit kernel while tensors
+// were 16-byte aligned: three failed candidates in every tune of that model.
+TEST(OnednnResample, LargeUpsamplingIntoACallersTensor) {
+  for (bool by_sizes : {true, false}) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 21, 40, 40});
+    b.output(resize(b, x, {8, 8}, {"linear", "half_pixel", ""}, by_sizes));
+    expect_fast_and_like_reference(onednn(), b.graph(), "8x linear upsampling");
+    expect_fast_and_like_reference(onednn_graph(), b.graph(), "8x linear upsampling");
+  }
+}
+
 TEST(OnednnResample, LegacyUpsampleIsNearestFloor) {
   GraphBuilder b;
   ValueId x = b.input("x", DType::kFloat32, {1, 6, 5, 7});

@@ -305,6 +305,33 @@ TEST(OnednnBackend, BatchNormalization) {
   }
 }
 
+// A BatchNormalization whose output something besides its Relu reads (a cell's residual
+// or concat) is not proposed fused with the Relu: that group's kernel writes the Relu's
+// output only and refused it at compile time, a failed candidate in every tune of such a
+// model. Both ops are still proposed alone, and the fused pair where the Relu is the only
+// reader.
+TEST(OnednnBackend, BatchNormReadElsewhereIsNotFusedWithItsRelu) {
+  for (int read_elsewhere = 0; read_elsewhere < 2; ++read_elsewhere) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 22, 7, 7});
+    Tensor var(DType::kFloat32, {22});
+    for (int i = 0; i < 22; ++i) var.data<float>()[i] = 0.5f + 0.05f * i;
+    ValueId y = b.add1("BatchNormalization",
+                       {x, b.random_constant("scale", {22}), b.random_constant("bias", {22}),
+                        b.random_constant("mean", {22}), b.constant("var", var)});
+    ValueId r = b.add1("Relu", {y});
+    b.output(read_elsewhere ? b.add1("Add", {y, r}) : r);
+    const Graph& g = b.graph();
+    EXPECT_TRUE(testing::every_match_runs_like_reference(onednn(), g));
+    const std::vector<NodeId> pair = {g.value(y).producer, g.value(r).producer};
+    EXPECT_TRUE(has_match(onednn(), g, {y}));
+    EXPECT_TRUE(has_match(onednn(), g, {r}));
+    bool fused = false;
+    for (const Match& m : find_matches(g, onednn())) fused |= m.nodes == pair;
+    EXPECT_EQ(fused, !read_elsewhere) << (read_elsewhere ? "read elsewhere" : "read by the Relu");
+  }
+}
+
 // Every (n, c) plane normalized by its own statistics: batch normalization computing them,
 // over one image, or over N images seen as one of N x C channels (their planes must not
 // share statistics). Random scale and bias, 1-3 spatial dims, planes of 1 to 63 elements.

@@ -231,4 +231,25 @@ inline std::vector<std::set<std::string>> match_op_sets(const Backend& backend, 
   return out;
 }
 
+// Every match `backend` finds in `g`, extracted as the tuner extracts a candidate, compiled
+// and run against reference: a pattern table proposes only what its compile function builds
+// right (a proposal that fails to compile is a failed candidate in every tune of a model
+// that has it). The failure names the match's nodes and what went wrong.
+inline ::testing::AssertionResult every_match_runs_like_reference(Backend& backend,
+                                                                  const Graph& g) {
+  for (const Match& m : find_matches(g, backend)) {
+    std::string nodes;
+    for (NodeId n : m.nodes) nodes += (nodes.empty() ? "" : ", ") + g.node(n).name;
+    try {
+      ::testing::AssertionResult same =
+          backend_matches_reference(backend, extract_subgraph(g, m.nodes));
+      if (!same) return same << " (" << backend.name() << " match {" << nodes << "})";
+    } catch (const Error& e) {
+      return ::testing::AssertionFailure()
+             << backend.name() << " match {" << nodes << "} does not run: " << e.what();
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace collage::testing

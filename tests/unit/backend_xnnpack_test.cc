@@ -167,6 +167,42 @@ TEST(XnnpackBackend, AveragePoolCountIncludePadWithoutPadding) {
   expect_both_match_reference(b.finish(), "count_include_pad without pads");
 }
 
+// XNNPACK refuses a 1x1 pooling window (invalid parameter) while ONNX allows it: a strided
+// 1x1 AveragePool picks every other pixel in NASNet's factorized reductions, and both
+// backends proposed it, so every tune of such a model measured candidates that failed to
+// compile. Neither proposes one now; every match they do propose runs like reference.
+TEST(XnnpackBackend, ProposesOnlyPoolingWindowsItBuilds) {
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {1, 8, 9, 9});
+  const std::map<std::string, Attribute> one_by_one = {{"kernel_shape", attr_ints({1, 1})},
+                                                       {"strides", attr_ints({2, 2})}};
+  ValueId picked = b.add1("AveragePool", {x}, one_by_one);
+  ValueId maxed = b.add1("MaxPool", {x}, one_by_one);
+  ValueId pooled = b.add1("AveragePool", {x},
+                          {{"kernel_shape", attr_ints({3, 3})},
+                           {"pads", attr_ints({1, 1, 1, 1})},
+                           {"count_include_pad", attr_i(0)}});
+  b.output(b.add1("Relu", {picked}));
+  b.output(b.add1("Relu", {maxed}));
+  b.output(b.add1("Relu", {pooled}));
+  const Graph& g = b.graph();
+  const NodeId refused[] = {g.value(picked).producer, g.value(maxed).producer};
+  for (Backend* backend : {&op_level(), &graph_level()}) {
+    EXPECT_TRUE(testing::every_match_runs_like_reference(*backend, g));
+    bool takes_3x3 = false;
+    for (const Match& m : find_matches(g, *backend)) {
+      for (NodeId n : refused)
+        EXPECT_EQ(std::count(m.nodes.begin(), m.nodes.end(), n), 0)
+            << backend->name() << " proposes a 1x1 " << g.node(n).op_type;
+      takes_3x3 |= std::count(m.nodes.begin(), m.nodes.end(), g.value(pooled).producer) > 0;
+    }
+    EXPECT_TRUE(takes_3x3) << backend->name() << " no longer proposes the 3x3 AveragePool";
+    for (NodeId n : refused)
+      EXPECT_EQ(compile_error(*backend, extract_subgraph(g, {n})), ErrorKind::kUnsupported)
+          << backend->name() << " on a 1x1 " << g.node(n).op_type;
+  }
+}
+
 TEST(XnnpackBackend, BinaryBroadcastRandomized) {
   struct Case {
     Shape a, c;

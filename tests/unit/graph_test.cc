@@ -75,5 +75,19 @@ TEST(Tensor, FromVectorAndReshape) {
   EXPECT_THROW(t.data<int64_t>(), Error);
 }
 
+// Owning storage is 64-byte aligned whatever its size (what oneDNN's non-temporal stores into
+// a kernel's output need; OnednnResample.LargeUpsamplingIntoACallersTensor is the crash), and
+// zero-filled; clones too.
+TEST(Tensor, OwningStorageIs64ByteAlignedAndZeroed) {
+  for (int64_t n : {0, 1, 3, 17, 1000, 1 << 20}) {
+    Tensor t(DType::kFloat32, {n});
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw()) % 64, 0u) << n;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.clone().raw()) % 64, 0u) << n;
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(t.data<float>()[i], 0.0f) << n;
+  }
+  Tensor bytes(DType::kUInt8, {5});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(bytes.raw()) % 64, 0u);
+}
+
 }  // namespace
 }  // namespace collage

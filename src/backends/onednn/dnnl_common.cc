@@ -46,7 +46,10 @@ std::string backend_version() {
   // its row-major form (ValueMemories::sub_view); MaxViT's attention regions had failed.
   // 26: a region takes a 1x1 + depthwise pair only in oneDNN's one-pass form (conv_kernel.cc).
   // 27: a BatchNorm oneDNN would run in its non-jit kernel is a binary Mul + Add (norm_kernel.cc).
-  constexpr int kKernelRevision = 27;
+  // 28: tensors' storage is 64-byte aligned (util/tensor.cc): a large output written with
+  // non-temporal stores into a caller's tensor had crashed; a failure cached for it is tried
+  // again.
+  constexpr int kKernelRevision = 28;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

@@ -32,6 +32,12 @@ bool gelu_check(const Graph& g, const Match& m) {
   return false;
 }
 
+// The group's kernel writes one value: no interior value of a fused op (the normalization
+// under a LayerNorm's scale, a BatchNormalization under its Relu) read outside the group.
+bool one_output(const Graph& g, const Match& m) {
+  return boundary_of(g, m.nodes).outputs.size() == 1;
+}
+
 Pattern layer_norm_pattern() {
   Pattern centered = op("Sub", {any(), op("ReduceMean")});
   Pattern var = op("ReduceMean", {op("Pow", {centered, constant()})});
@@ -41,7 +47,7 @@ Pattern layer_norm_pattern() {
 }
 
 bool layer_norm_check(const Graph& g, const Match& m) {
-  return match_layer_norm(g, m.nodes).has_value() && boundary_of(g, m.nodes).outputs.size() == 1;
+  return match_layer_norm(g, m.nodes).has_value() && one_output(g, m);
 }
 
 // x / sqrt(mean(x^2) + eps) as exporters write RMSNorm: Div(1, .) or Reciprocal and a Mul
@@ -59,7 +65,7 @@ Pattern rms_norm_pattern() {
 }
 
 bool rms_norm_check(const Graph& g, const Match& m) {
-  return match_rms_norm(g, m.nodes).has_value() && boundary_of(g, m.nodes).outputs.size() == 1;
+  return match_rms_norm(g, m.nodes).has_value() && one_output(g, m);
 }
 
 bool shuffle_check(const Graph& g, const Match& m) {
@@ -118,9 +124,8 @@ class OnednnBackend : public Backend {
              .where(head, "float32, nearest (integer factors) or half-pixel linear"),
          {}},
         {"BatchNormalization", op("BatchNormalization").where(f32, "float32"), {}},
-        {"BatchNormalization+Relu",
-         op("Relu", {op("BatchNormalization").where(f32, "float32")}),
-         {}},
+        {"BatchNormalization+Relu", op("Relu", {op("BatchNormalization").where(f32, "float32")}),
+         one_output},
         {"InstanceNormalization",
          op("InstanceNormalization")
              .where(region_node, "float32, one image, constant scale and bias"),

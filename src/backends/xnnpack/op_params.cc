@@ -116,6 +116,9 @@ Window2d pool_window(const Graph& graph, const Node& node) {
     unsupported(node, "the Indices output");
   ops::nn::Window w = ops::nn::forward_window(
       node, {x[2], x[3]}, ops::nn::pool_kernel_shape(node, 2), node.attr_int("ceil_mode", 0) != 0);
+  // XNNPACK's max and average pooling refuse a 1x1 window (xnn_status_invalid_parameter,
+  // probed with Debian's build); NASNet's factorized reductions have one with stride 2.
+  if (w.kernel[0] == 1 && w.kernel[1] == 1) unsupported(node, "a 1x1 window");
   if (average) {
     // XNNPACK divides by the taps inside the input: ONNX's count_include_pad=0.
     bool padded = w.pad_begin[0] || w.pad_begin[1] || w.pad_end[0] || w.pad_end[1];

@@ -16,6 +16,19 @@ Pattern float32_op(std::vector<std::string> types, std::vector<Pattern> inputs =
       .where(pred::output_dtype_is(0, DType::kFloat32), "float32");
 }
 
+// MaxPool and AveragePool where pool_window takes their attributes (a 1x1 window, dilated
+// average pooling and count_include_pad with padding are refused): proposed only where
+// XNNPACK builds them, so no candidate fails at compile time.
+bool pool_window_takes(const Graph& graph, const Node& node) {
+  if (node.op_type == "GlobalAveragePool") return true;
+  try {
+    pool_window(graph, node);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 // The kernel computes one value: a fused op's intermediate result must not be read
 // elsewhere, and ops with a second output in use (MaxPool's Indices) are out.
 bool single_output(const Graph& graph, const Match& match) {
@@ -37,7 +50,8 @@ class XnnpackBackend : public Backend {
                      .where(pred::input_rank_is(1, 2), "constant 2-D B") |
                  float32_op({"Gemm"}, {any(), constant(), maybe(constant())});
     Pattern pool = float32_op({"MaxPool", "AveragePool", "GlobalAveragePool"})
-                       .where(pred::input_rank_is(0, 4), "2-D");
+                       .where(pred::input_rank_is(0, 4), "2-D")
+                       .where(pool_window_takes, "a window XNNPACK builds");
     Pattern binary = float32_op({"Add", "Mul", "Sub", "Div"});
     Pattern clamp =
         float32_op({"Relu"}) | float32_op({"Clip"}, {any(), maybe(constant()), maybe(constant())});
