@@ -313,12 +313,7 @@ TEST(OnednnBackend, BatchNormalization) {
 TEST(OnednnBackend, BatchNormReadElsewhereIsNotFusedWithItsRelu) {
   for (int read_elsewhere = 0; read_elsewhere < 2; ++read_elsewhere) {
     GraphBuilder b;
-    ValueId x = b.input("x", DType::kFloat32, {1, 22, 7, 7});
-    Tensor var(DType::kFloat32, {22});
-    for (int i = 0; i < 22; ++i) var.data<float>()[i] = 0.5f + 0.05f * i;
-    ValueId y = b.add1("BatchNormalization",
-                       {x, b.random_constant("scale", {22}), b.random_constant("bias", {22}),
-                        b.random_constant("mean", {22}), b.constant("var", var)});
+    ValueId y = testing::batch_norm(b, b.input("x", DType::kFloat32, {1, 22, 7, 7}), 22);
     ValueId r = b.add1("Relu", {y});
     b.output(read_elsewhere ? b.add1("Add", {y, r}) : r);
     const Graph& g = b.graph();
