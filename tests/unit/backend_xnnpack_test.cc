@@ -456,6 +456,26 @@ TEST(XnnpackBackend, PadsAndPooledViewsInRegions) {
   }
 }
 
+// A 4-D operand broadcast into a 5-D result (Swin-T's shifted-window attention adds a
+// [1, windows, 49, 49] mask to [1, 64, windows, 49, 49] scores): a 4-D constant keeps its
+// order there (it was reordered to NHWC, and XNNPACK refused the shapes when the runtime was
+// set up: eight failed candidates per tune), and a 4-D value computed in the region, which is
+// NHWC there, is not proposed in such a broadcast.
+TEST(XnnpackBackend, FourDOperandsOfFiveDResults) {
+  GraphBuilder b;
+  ValueId scores = b.input("scores", DType::kFloat32, {1, 4, 2, 7, 7});
+  ValueId mask = b.random_constant("mask", {1, 2, 7, 7});
+  ValueId masked = b.add1("Add", {scores, mask});
+  b.output(b.add1("Softmax", {masked}, {{"axis", attr_i(-1)}}));
+  ValueId computed = b.add1("Relu", {b.input("m", DType::kFloat32, {1, 2, 7, 7})});
+  ValueId sum = b.add1("Add", {scores, computed});
+  b.output(sum);
+  const Graph& g = b.graph();
+  EXPECT_TRUE(testing::every_match_runs_like_reference(graph_level(), g));
+  EXPECT_TRUE(subgraph_supports_node(g, g.value(masked).producer));
+  EXPECT_FALSE(subgraph_supports_node(g, g.value(sum).producer));
+}
+
 TEST(XnnpackBackend, SoftmaxOnNhwcRegions) {
   // Opset 13 over channels (innermost in NHWC); opset 11 over a whole image or batch.
   for (auto [opset, axis] : std::vector<std::pair<int, int>>{{13, 1}, {11, 1}, {11, 0}}) {

@@ -149,6 +149,9 @@ bool subgraph_supports(const Graph& graph, const Node& node) {
         // A lower-rank operand of a 4-D result is broadcast against NHWC data: only a
         // constant can be reordered to match.
         if (out_rank == 4 && rank_of(graph, v) != 4 && !is_const(graph, v)) return false;
+        // A 4-D value is NHWC in the region: broadcast into a result of another rank, its
+        // elements would pair with the wrong ones.
+        if (out_rank != 4 && rank_of(graph, v) == 4 && !is_const(graph, v)) return false;
       }
       return true;
     }
@@ -256,12 +259,17 @@ class SubgraphBuilder {
     if (nhwc && shape.size() < 4) shape.insert(shape.begin(), 4 - shape.size(), 1);
     if (shape.empty()) shape = {1};  // a scalar, as a one-element tensor
     std::vector<float> data = t.to_float_vector();
-    if (is_nhwc(shape)) {
+    // NHWC only where the result is 4-D (its data are NHWC in the region). A 4-D constant
+    // broadcast into a 5-D result keeps its order: Swin-T's attention mask [1,2,49,49] added to
+    // [1,64,2,49,49] was reordered, and XNNPACK refused the shapes when the runtime was set up.
+    if (nhwc && is_nhwc(shape)) {
       std::vector<float> reordered(data.size());
       nchw_to_nhwc(data.data(), reordered.data(), shape, nullptr);
       data = std::move(reordered);
     }
-    uint32_t id = static_tensor(dims_in_layout(shape), std::move(data));
+    uint32_t id = static_tensor(
+        nhwc ? dims_in_layout(shape) : std::vector<size_t>(shape.begin(), shape.end()),
+        std::move(data));
     constant_ids_[key] = id;
     return id;
   }

@@ -39,4 +39,12 @@ std::string library_version() {
 #endif
 }
 
+std::string backend_version() {
+  // 1: in a region, a 4-D constant broadcast into a result of another rank keeps its order
+  // (it was reordered to NHWC: Swin-T's attention mask failed at setup); a failure cached for
+  // it is tried again.
+  constexpr int kKernelRevision = 1;
+  return library_version() + "+r" + std::to_string(kKernelRevision);
+}
+
 }  // namespace collage::xnnpack

@@ -41,5 +41,8 @@ using SubgraphPtr = std::unique_ptr<xnn_subgraph, SubgraphDeleter>;
 
 // XNNPACK has no version call: CMake passes in the Debian package version.
 std::string library_version();
+// What both backends report as their version (part of every cost key): the library's, with
+// collage's kernel revision, bumped when what a subgraph compiles to changes.
+std::string backend_version();
 
 }  // namespace collage::xnnpack

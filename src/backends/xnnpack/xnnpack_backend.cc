@@ -38,7 +38,7 @@ bool single_output(const Graph& graph, const Match& match) {
 class XnnpackBackend : public Backend {
  public:
   std::string name() const override { return "xnnpack"; }
-  std::string version() const override { return library_version(); }
+  std::string version() const override { return backend_version(); }
   std::string thread_model() const override { return "pthreadpool"; }
   std::vector<std::string> details() const override { return backend_details(); }
   bool available() const override { return XnnpackContext::get().initialized(); }

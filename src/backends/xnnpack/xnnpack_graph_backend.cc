@@ -27,7 +27,7 @@ const std::vector<std::string>& region_ops() {
 class XnnpackGraphBackend : public Backend {
  public:
   std::string name() const override { return "xnnpack-graph"; }
-  std::string version() const override { return library_version(); }
+  std::string version() const override { return backend_version(); }
   BackendKind kind() const override { return BackendKind::kGraphLevel; }
   std::string thread_model() const override { return "pthreadpool"; }
   std::vector<std::string> details() const override { return backend_details(); }
