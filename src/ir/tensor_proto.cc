@@ -327,7 +327,9 @@ Tensor take_tensor_from_proto(onnx::TensorProto& p, const std::string& base_dir,
   const DeclaredTensor d = declared_tensor(p, max_tensor_bytes);
   check_raw_data_size(p, d);
   // The tensor's elements are read in place: the string's buffer (from operator new, or
-  // inside the string object, itself from operator new) is aligned as Tensor's own storage.
+  // inside the string object, itself from operator new) is 16-byte aligned, enough for any
+  // element type. Tensor's own storage is 64 (util/tensor.cc), for kernels' vector stores;
+  // a model's constants are only read.
   std::string* raw = p.release_raw_data();
   std::shared_ptr<std::byte[]> storage(reinterpret_cast<std::byte*>(raw->data()),
                                        [raw](std::byte*) { delete raw; });

@@ -55,10 +55,11 @@ dnnl::memory channel_param(const Graph& sub, ValueId v, int64_t channels, Progra
   return program.input(kernel_input(sub, v, "parameter"), md);
 }
 
-// oneDNN 2.6's batch normalization in a jit kernel. Its nspc one for a channel count that is
-// not a multiple of 16 is plain C++ loops: NASNet-A-Mobile's BatchNorm of 22 channels at
-// 56x56 (channels-last, in its region) took 0.85 ms a run, 7 % of the model (ONEDNN_VERBOSE,
-// 2026-12-05); the same as a binary Mul with an Add post-op: see emit_batch_norm.
+// oneDNN 2.6's batch normalization in a jit kernel. Its ncsp one (every plain layout) and
+// its nspc one for some channel counts (6, 22) are plain C++ loops: NASNet-A-Mobile's
+// BatchNorm of 22 channels at 56x56 (channels-last, in its region) took 0.85 ms a run, 7 % of
+// the model (ONEDNN_VERBOSE, 2026-12-05); the same as a binary Mul with an Add post-op: see
+// emit_batch_norm.
 bool batch_norm_runs_jit(const std::string& impl) {
   return impl.rfind("bnorm_jit", 0) == 0 || impl.rfind("bnorm_tbb_jit", 0) == 0 ||
          impl.rfind("jit", 0) == 0;

@@ -146,12 +146,10 @@ bool subgraph_supports(const Graph& graph, const Node& node) {
       if (node.inputs.size() != 2) return false;
       for (ValueId v : node.inputs) {
         if (v == kNoValue || rank_of(graph, v) > XNN_MAX_TENSOR_DIMS) return false;
-        // A lower-rank operand of a 4-D result is broadcast against NHWC data: only a
-        // constant can be reordered to match.
-        if (out_rank == 4 && rank_of(graph, v) != 4 && !is_const(graph, v)) return false;
-        // A 4-D value is NHWC in the region: broadcast into a result of another rank, its
-        // elements would pair with the wrong ones.
-        if (out_rank != 4 && rank_of(graph, v) == 4 && !is_const(graph, v)) return false;
+        // 4-D values are NHWC in the region, others are not: an operand of another rank
+        // than a 4-D result, or a 4-D one of a result of another rank, would pair its
+        // elements with the wrong ones. Only a constant can be laid out to match.
+        if (!is_const(graph, v) && (out_rank == 4) != (rank_of(graph, v) == 4)) return false;
       }
       return true;
     }
