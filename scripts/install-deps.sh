@@ -16,6 +16,10 @@ PACKAGES=(
   # headers and library; libdnnl-dev only *recommends* them (we install no recommends).
   libdnnl-dev ocl-icd-opencl-dev opencl-headers libopenblas-dev libopenblas0-pthread libxnnpack-dev libpthreadpool-dev
   libhalide14-0-dev libtorch-dev
+  # HalideConfig.cmake asks for its PNG and JPEG components by default and sets Halide_FOUND
+  # to FALSE without their dev files (we install no recommends): the halide backend was
+  # silently skipped on a fresh machine (scripts/check-fresh-machine.sh, 2026-12-05)
+  libpng-dev libjpeg-dev
   # names the halide backend's cached kernel files (XXH3-128 of the pipeline description)
   libxxhash-dev
   # the libxsmm backend: JIT small GEMMs / 1x1 convs (static library only; links OpenBLAS)
