@@ -8,7 +8,8 @@
 #
 # Environment:
 #   BENCH_MODELS   zoo models (default: the seven paper workloads + googlenet, inception-v3,
-#                  gpt2, vit), and torchvision classifiers the zoo does not have as tv:NAME
+#                  gpt2, vit), and torchvision models the zoo does not have as tv:NAME
+#                  (classifiers, segmentation and video models)
 #                  (exported by tests/models/export_models.py); the words cnn,
 #                  transformers and heldout stand for the sets below
 #   BENCH_BUDGET   tuning budget per model, seconds (default 60)

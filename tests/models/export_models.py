@@ -300,6 +300,19 @@ def image_model(name, opset, batch=1, dynamic_batch=False, **kwargs):
     return build, opset, dynamic_axes
 
 
+def video_model(name, opset):
+    def build():
+        # torchvision's video classifiers take (batch, channels, frames, height, width): 16
+        # frames of the crop their weights were trained on (112x112 for the R(2+1)D / R3D
+        # family, 224x224 for S3D and MViT, whose pooling and position embeddings need it).
+        side = torchvision.models.get_model_weights(name).DEFAULT.transforms().crop_size[0]
+        model = getattr(torchvision.models.video, name)(weights=None)
+        randomize_batchnorm(model, torch.randn(2, 3, 16, side, side))
+        return model, (torch.randn(1, 3, 16, side, side),), ["input"], ["logits"]
+
+    return build, opset, None
+
+
 class SegmentationOutput(torch.nn.Module):
     """torchvision's segmentation models return {"out": ...}: the logits tensor alone."""
 
@@ -371,7 +384,7 @@ FORBIDDEN_OPS = {
 # Any other torchvision classifier, as "tv:NAME" (e.g. tv:densenet121): bench/run.sh times
 # such held-out models next to the zoo's. Opset 13, batch 1, 1x3x224x224, random weights.
 # torchvision's segmentation models too (tv:lraspp_mobilenet_v3_large): 1x3x320x320, their
-# "out" logits.
+# "out" logits; and its video classifiers (tv:r2plus1d_18): 1x3x16x112x112 or 1x3x16x224x224.
 TORCHVISION_PREFIX = "tv:"
 
 
@@ -385,6 +398,8 @@ def model_spec(name):
             return image_model(tv_name, 13)
         if tv_name in torchvision.models.list_models(module=torchvision.models.segmentation):
             return segmentation_model(tv_name, 13)
+        if tv_name in torchvision.models.list_models(module=torchvision.models.video):
+            return video_model(tv_name, 13)
     return None
 
 
@@ -437,13 +452,15 @@ def main():
     parser.add_argument("out_dir")
     parser.add_argument("--models", default=",".join(MODELS),
                         help="comma-separated subset of: " + ", ".join(MODELS) +
-                        "; or tv:NAME for any torchvision classifier (tv:densenet121)")
+                        "; or tv:NAME for any torchvision classifier, segmentation or "
+                        "video model (tv:densenet121, tv:r2plus1d_18)")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]
     unknown = [n for n in names if model_spec(n) is None]
     if unknown:
         sys.exit(f"export_models.py: unknown models {unknown}; known: {list(MODELS)} and "
-                 f"tv:NAME for NAME in torchvision.models.list_models()")
+                 f"tv:NAME for NAME in torchvision.models.list_models() (classifiers, "
+                 f"segmentation, video)")
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     os.makedirs(args.out_dir, exist_ok=True)
     for name in names:
