@@ -151,7 +151,8 @@ class Measurer {
   // but coarser number, where a full timing takes up to 15 samples with an eviction before
   // each (Inception-v3's cold measuring phase 208 -> 194 s, GoogLeNet's 120 -> 107 s). It
   // stops before the first timed run when kAbandonWarmRuns warm-up runs (back to back, the
-  // fastest a kernel runs) are all above the bar: the cost is then their median.
+  // fastest a kernel runs; one for a kernel slower than kSlowKernelMs, which gets one
+  // warm-up run) are all above the bar: the cost is then their median.
   // `between` runs before each timed run of a host kernel (CachePressure; none by default).
   double time_kernel(Kernel& kernel, const std::vector<Tensor>& inputs,
                      const std::vector<Tensor>& outputs, int threads, Device* device = nullptr,
@@ -162,6 +163,8 @@ class Measurer {
   // Timing stops even before the first timed run when this many warm-up runs (back to back,
   // the fastest a kernel runs) are all above `abandon_above_ms`.
   static constexpr size_t kAbandonWarmRuns = 2;
+  // A kernel slower than this a run is warmed up and timed with fewer runs (time_kernel).
+  static constexpr double kSlowKernelMs = 20;
   const Hardware& hardware() const { return hardware_; }
   const MeasureOptions& options() const { return options_; }
   // Measures uncached candidates in `worker` (not owned; null: in this process), so a

@@ -580,8 +580,6 @@ int runs_against_bar(const Measurer& measurer, double abandon_above_ms) {
   return kernel.runs;
 }
 
-// Timing stops after Measurer::kAbandonSamples samples only when even the fastest of them is
-// above the bar; otherwise it goes on as before (here to max_repeats).
 // Two subgraphs of one canonical text (a big constant's shape only) but other weights,
 // measured one after the other in one Measurer: each is checked against its own reference
 // outputs. Keyed by the text alone, the second was compared with the first's and failed as
@@ -606,6 +604,8 @@ TEST(Measurer, SameShapedSubgraphsWithOtherWeightsEachPassTheirOwnCheck) {
   }
 }
 
+// Timing stops after Measurer::kAbandonSamples samples only when even the fastest of them is
+// above the bar; otherwise it goes on as before (here to max_repeats).
 TEST(Measurer, TimingStopsEarlyOnlyWhenEvenItsFastestSampleIsAboveTheAbandonBar) {
   const Measurer measurer(nullptr, this_machine(1), timing_options(0, 12));
   EXPECT_EQ(runs_against_bar(measurer, 0.2), Measurer::kAbandonSamples);
@@ -621,6 +621,23 @@ TEST(Measurer, TimingStopsAfterTheWarmUpWhenEvenTheFastestWarmUpRunIsAboveTheAba
   EXPECT_EQ(runs_against_bar(measurer, 0.2), warmup);
   EXPECT_EQ(runs_against_bar(measurer, 500), warmup + 12);
   EXPECT_EQ(runs_against_bar(measurer, Measurer::kNeverAbandon), warmup + 12);
+}
+
+// A kernel slower than Measurer::kSlowKernelMs gets one warm-up run (it follows the
+// verification run back to back), and that run alone decides: above the bar, no timed run
+// follows. Under it, or with no bar, the kernel is timed (three samples: slow kernels need
+// no more).
+TEST(Measurer, ASlowKernelStopsAfterItsOneWarmUpRunWhenThatIsAboveTheAbandonBar) {
+  const double ms = Measurer::kSlowKernelMs + 5;
+  const Measurer measurer(nullptr, this_machine(1), timing_options(2, 12));
+  auto runs_against = [&](double abandon_above_ms) {
+    SleepingKernel kernel(ms);
+    EXPECT_GE(measurer.time_kernel(kernel, {}, {}, 1, nullptr, abandon_above_ms), ms);
+    return kernel.runs;
+  };
+  EXPECT_EQ(runs_against(ms / 2), 1);
+  EXPECT_GT(runs_against(10 * ms), 1);
+  EXPECT_GT(runs_against(Measurer::kNeverAbandon), 1);
 }
 
 // Samples taken with an eviction before each are bounded by the time their evictions and
