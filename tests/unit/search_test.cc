@@ -625,8 +625,7 @@ TEST(Measurer, TimingStopsAfterTheWarmUpWhenEvenTheFastestWarmUpRunIsAboveTheAba
 
 // A kernel slower than Measurer::kSlowKernelMs gets one warm-up run (it follows the
 // verification run back to back), and that run alone decides: above the bar, no timed run
-// follows. Under it, or with no bar, the kernel is timed (three samples: slow kernels need
-// no more).
+// follows. Under it, or with no bar, the kernel is timed.
 TEST(Measurer, ASlowKernelStopsAfterItsOneWarmUpRunWhenThatIsAboveTheAbandonBar) {
   const double ms = Measurer::kSlowKernelMs + 5;
   const Measurer measurer(nullptr, this_machine(1), timing_options(2, 12));
