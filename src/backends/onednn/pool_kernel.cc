@@ -1,6 +1,8 @@
 // Max/Average pooling (and their Global forms) on pooling_v2 (which knows dilation), in
 // the layout its input already has: oneDNN's pooling runs well on NCHW and a reorder each
 // way would cost more than it saves, while inside a region the input is often blocked.
+// Except where oneDNN 2.6 has no jit kernel for a row-major source: there the source is
+// read channel-blocked (see emit_pool).
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/kernels.h"
 
@@ -97,9 +99,9 @@ void emit_pool(const Graph& sub, ValueMemories& values) {
     rescale.operand_shape = factor_shape;
     tail.ops.insert(tail.ops.begin(), rescale);
   }
-  const dnnl::memory src = values.as_is(x, xs);
+  dnnl::memory src = values.as_is(x, xs);
   // The output in the input's layout (format_tag::any follows the source for pooling).
-  const dnnl::memory::desc dst_md =
+  dnnl::memory::desc dst_md =
       is_plain(src.get_desc()) ? plain_md(ys) : dnnl::memory::desc(to_dims(ys), dt::f32, tag::any);
   // No sum post-op: oneDNN 2.6's pooling ignores it (the residual Add of NASNet's cells
   // came out as the pool alone); a binary add post-op is exact.
@@ -114,10 +116,19 @@ void emit_pool(const Graph& sub, ValueMemories& values) {
           attr, cpu_engine());
     });
   };
-  // A post-op on a row-major source gets oneDNN 2.6's generic "simple_nchw" pooling, 20-50x
-  // slower than its jit kernel (NASNet's pool + Add pairs: 0.4-1.6 ms each). A blocked
-  // source (inside a region) gets the jit kernel, with the addend read in its layout.
+  // oneDNN 2.6's jit pooling takes a row-major source through per-thread transposed copies
+  // that it holds only for small enough planes, and never with a post-op; past those it falls
+  // to its generic "simple_nchw" loops: Inception-v3's first MaxPool (64x147x147, 3x3 stride
+  // 2) alone ran 9.4 ms (xnnpack 1.6, torch 5.9, reference 8.6), NASNet's pool + Add pairs
+  // 0.4-1.6 ms each, 20-50x their jit kernels. There the source is reordered to channel
+  // blocks (0.17 ms for that MaxPool's), the output follows (a kernel output is reordered
+  // back to row-major at the end: 0.04 ms), and the addend is read in that layout.
   const bool tail_fused = sub.num_nodes() > 1;
+  if (is_plain(src.get_desc()) &&
+      (tail_fused || is_reference_impl(make_pd(base_attr()).impl_info_str()))) {
+    src = values.read(x, channel_blocked_md(to_dims(xs)));
+    dst_md = dnnl::memory::desc(to_dims(ys), dt::f32, tag::any);
+  }
   add_layout_following<dnnl::pooling_v2_forward>(
       tail, ys, src, values, make_pd,
       [&](const std::string& impl) { return !tail_fused || !is_reference_impl(impl); }, "pooling");
