@@ -72,9 +72,9 @@ auto create_pd(const std::string& what, F&& make) -> decltype(make()) {
 }
 
 // True for oneDNN's reference (plain C++ loop) implementations, and pooling's generic
-// "simple_nchw"/"simple_nhwc" loops. A fused kernel (more than
-// one node) that lands on one is refused: the same ops unfused run on jit kernels. A single
-// op is kept: the tuner measures it against the other backends anyway.
+// "simple_nchw"/"simple_nhwc" loops. A fused kernel (more than one node) that lands on one
+// is refused: the same ops unfused run on jit kernels. A single op is kept: the tuner
+// measures it against the other backends anyway.
 bool is_reference_impl(const std::string& impl_info);
 
 // A compiled sequence of primitive executions over memories created at compile time.
