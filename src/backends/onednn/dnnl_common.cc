@@ -118,6 +118,19 @@ dnnl::memory::desc channel_blocked_md(const Dims& dims) {
   return dnnl::memory::desc(dims, dt::f32, kBlocked[dims.size() - 3]);
 }
 
+dnnl::memory::desc axis_innermost_md(const Dims& dims, int axis) {
+  Dims strides(dims.size());
+  dnnl::memory::dim stride = 1;
+  strides[axis] = stride;
+  stride *= dims[axis];
+  for (int d = static_cast<int>(dims.size()) - 1; d >= 0; --d) {
+    if (d == axis) continue;
+    strides[d] = stride;
+    stride *= dims[d];
+  }
+  return dnnl::memory::desc(dims, dt::f32, strides);
+}
+
 Shape pad_rank(const Shape& shape, size_t rank) {
   Shape out(rank > shape.size() ? rank - shape.size() : 0, 1);
   out.insert(out.end(), shape.begin(), shape.end());

@@ -49,6 +49,9 @@ dnnl::memory::desc plain_md(const Shape& shape);
 // float32, channels in blocks of 16 (nCw16c, nChw16c, nCdhw16c: what oneDNN's f32 jit
 // kernels read and write on AVX-512); `dims` of rank 3 to 5.
 dnnl::memory::desc channel_blocked_md(const Dims& dims);
+// float32, dense, with `axis` innermost and the other dims in their order outside it (for
+// NCHW and axis 1: NHWC).
+dnnl::memory::desc axis_innermost_md(const Dims& dims, int axis);
 // Left-pads `shape` with ones to `rank` dims (numpy broadcasting alignment).
 Shape pad_rank(const Shape& shape, size_t rank);
 
