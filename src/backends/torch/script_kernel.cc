@@ -9,6 +9,7 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/version.h>
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <map>
@@ -363,19 +364,25 @@ std::unique_ptr<Kernel> compile_region(const Graph& g) {
       for (ValueId v : values) out.emplace_back(g.value(v).dtype, g.value(v).shape);
       return out;
     };
-    // The profiling executor specialises the graph over its first runs: they are done here,
-    // on zeros, so that measurements and the first real run see the optimised graph (and so
-    // that anything ATen refuses is refused at compile).
-    auto warm = [&](Kernel& k) {
+    // The profiling executor specialises the graph over its first runs: kWarmRuns are done
+    // here, so that measurements and the first real run see the optimised graph (and so that
+    // anything ATen refuses is refused at compile). The check below counts: its runs are
+    // warm-up runs on other inputs of the same shapes. Counted since 2026-12-06; before, a
+    // region ran its optimised module five times and its plain one twice while compiling
+    // (`collage run` of S3D's whole graph on torch-graph, load, compile and one run: 10.6-11.6
+    // s before, 9.8-10.3 after, three runs each, alternating).
+    constexpr int kWarmRuns = 3;
+    const std::array<float, 2> check_scales = {1.0f, 16.0f};
+    auto warm = [&](Kernel& k, int runs) {
       const std::vector<Tensor> inputs = buffers(g.inputs), outputs = buffers(g.outputs);
-      for (int i = 0; i < 3; ++i) k.run(inputs, outputs);
+      for (int i = 0; i < runs; ++i) k.run(inputs, outputs);
     };
     // Frozen twice: optimize_for_inference rewrites the graph it is given.
     auto plain = std::make_unique<ScriptKernel>(torch::jit::freeze(module));
     try {
       torch::jit::Module optimised = torch::jit::freeze(module);
       kernel = std::make_unique<ScriptKernel>(torch::jit::optimize_for_inference(optimised));
-      warm(*kernel);
+      warm(*kernel, kWarmRuns - static_cast<int>(check_scales.size()));
     } catch (const c10::Error&) {
       // Some regions have nothing the pass can do and it refuses them; frozen is fine.
     }
@@ -384,13 +391,13 @@ std::unique_ptr<Kernel> compile_region(const Graph& g) {
     // another region (a grouped conv + Clip beside a grouped conv + Sigmoid) with its outputs
     // above 1 cut to 1, silently (found by the random-CNN differential test,
     // tests/unit/random_cnn_test.cc). So the optimised module must compute what the plain
-    // frozen one does (one run of the plain one each: it is warmed only where it is kept), or
-    // the plain one is used. On random inputs in [-1, 1], and on the same times 16: a wrong
-    // clamp bound shows only where values pass it, and unit-scale inputs rarely take a
-    // region's values past 1 or 6.
+    // frozen one does, or the plain one is used. On random inputs in [-1, 1], and on the same
+    // times 16: a wrong clamp bound shows only where values pass it, and unit-scale inputs
+    // rarely take a region's values past 1 or 6.
+    int plain_runs = 0;
     if (kernel) {
       bool same = true;
-      for (const float scale : {1.0f, 16.0f}) {
+      for (const float scale : check_scales) {
         if (!same) break;
         std::vector<Tensor> inputs = random_inputs(g, 11);
         for (Tensor& t : inputs)
@@ -399,11 +406,12 @@ std::unique_ptr<Kernel> compile_region(const Graph& g) {
         std::vector<Tensor> got = buffers(g.outputs), want = buffers(g.outputs);
         kernel->run(inputs, got);
         plain->run(inputs, want);
+        ++plain_runs;
         same = same && compare_outputs(got, want, Tolerance::backend_vs_reference()).empty();
       }
       if (same) return kernel;
     }
-    warm(*plain);
+    warm(*plain, kWarmRuns - plain_runs);
     kernel = std::move(plain);
   } catch (const c10::Error& e) {
     fail(ErrorKind::kUnsupported, "torch-graph: {}\n{}", e.what_without_backtrace(), source);
