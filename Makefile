@@ -19,14 +19,16 @@ configure: $(BUILD_DIR)/build.ninja
 build: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# Idle OpenMP and OpenBLAS workers spin as briefly as under the CLI (src/cli/idle_spin_env.cc),
-# unless the caller set the limits: with the libraries' defaults two multi-threaded tests
-# side by side (-j 2 on 2 cores) spin on each other's cores (two conformance runs at once:
-# 42 s with the defaults, 25 s bounded).
+# Tests run kernels in the environment the CLI sets (src/cli/library_env.cc), unless the
+# caller set it: idle OpenMP and OpenBLAS workers spin briefly (with the libraries' defaults
+# two multi-threaded tests side by side, -j 2 on 2 cores, spin on each other's cores: two
+# conformance runs at once 42 s with the defaults, 25 s bounded), and malloc's mapped blocks
+# get huge pages.
 test: build
 	cd $(BUILD_DIR) && if [ -z "$${OMP_WAIT_POLICY}$${GOMP_SPINCOUNT}" ]; then \
 	  export GOMP_SPINCOUNT=10000; fi && \
 	  OPENBLAS_THREAD_TIMEOUT=$${OPENBLAS_THREAD_TIMEOUT:-15} \
+	  GLIBC_TUNABLES=$${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1} \
 	  ctest --output-on-failure -j $(JOBS) --timeout 1500
 
 # The same tests built with AddressSanitizer + UndefinedBehaviorSanitizer, in their own

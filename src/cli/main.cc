@@ -11,7 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
-#include "cli/idle_spin_env.h"
+#include "cli/library_env.h"
 #include "collage/backend.h"
 #include "collage/error.h"
 #include "collage/version.h"
@@ -38,7 +38,7 @@ std::string version_text() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  collage::cli::bound_idle_spinning(argc, argv);
+  collage::cli::set_library_environment(argc, argv);
   CLI::App app{"collage: runs ONNX models fastest by mixing backends"};
   app.require_subcommand(1);
   app.set_version_flag("--version", version_text, "print collage's and each backend's version");

@@ -1,0 +1,82 @@
+// Settings that libraries read from the environment once, when they load (before main():
+// an .preinit_array setenv was tried, and libgomp still saw the default), so the CLI sets
+// them and re-executes itself once. A user's explicit setting always wins.
+//
+// Idle spinning. After a parallel call, every thread pool keeps its idle workers spinning
+// for a while, so the next call of the same library starts without a wake-up. collage
+// alternates kernels of libraries with separate pools (oneDNN and libtorch on libgomp,
+// OpenBLAS on its pthread server, XNNPACK on pthreadpool, Halide's own): a worker of one pool
+// spinning after its kernel holds a core the next kernel's pool needs, and on 2 cores that
+// doubles the next kernel's time. So:
+//   - libgomp: GOMP_SPINCOUNT, 300k iterations by default;
+//   - OpenBLAS (pthread build): OPENBLAS_THREAD_TIMEOUT = log2 of the cycles its workers
+//     yield-spin, 2^28 by default (~0.1 s).
+// XNNPACK's pthreadpool is put to sleep by each kernel as its run ends (the xnnpack
+// backend's ThreadPool::yield_workers).
+//
+// Huge pages for malloc's mapped blocks (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, glibc 2.35
+// and later). glibc's malloc maps each large block (32 MiB and more, and smaller ones until
+// its threshold adapts) on its own and unmaps it when freed, so a library that allocates its
+// temporaries per call (libtorch's ATen: every intermediate of a TorchScript region, the
+// column buffers of its 3-D convolutions) takes a page fault for every 4 KiB of them on every
+// run (~11 us each here). With the tunable, malloc asks for transparent huge pages on those
+// blocks (madvise; the kernel's THP mode is "madvise" on Debian): one fault per 2 MiB.
+// Measured 2026-12-06 on the 2-core EPYC (`collage run --threads 2 --repeat 5 --json`, with
+// and without, one after the other): S3D (1x3x16x224x224) on torch 729 -> 444 ms a run and
+// 37,635 -> 1,354 page faults a run, on torch-graph 403 -> 264 ms and 12,545 -> 282; a
+// region of three elementwise ops over 1x16x768x768 on torch-graph 250 -> 33 ms; peak RSS
+// the same. Tried first and dropped: mallopt(M_MMAP_MAX, 0) and no trimming, i.e. every
+// block from the heap: no faults, but glibc 2.36's posix_memalign cannot reuse a freed block
+// of the size it asks for again (it asks for the alignment on top), so the heap grew by a
+// block a run, to 1.2 GB against 436 MB for that region.
+#include "cli/library_env.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace collage::cli {
+namespace {
+
+// Commands that never run a kernel (info, zoo, show, backends) skip the extra exec.
+bool runs_kernels(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (a[0] == '-') continue;
+    return !std::strcmp(a, "run") || !std::strcmp(a, "tune") || !std::strcmp(a, "bench") ||
+           !std::strcmp(a, "measure-worker");
+  }
+  return false;
+}
+
+}  // namespace
+
+void set_library_environment(int argc, char** argv) {
+  if (!runs_kernels(argc, argv)) return;
+  bool changed = false;
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
+    // ~10 µs: catches back-to-back regions of one kernel, then lets the core go.
+    setenv("GOMP_SPINCOUNT", "10000", 1);
+    changed = true;
+  }
+  if (!std::getenv("OPENBLAS_THREAD_TIMEOUT")) {
+    // 2^15 cycles, ~10 µs: the same bound for OpenBLAS's workers.
+    setenv("OPENBLAS_THREAD_TIMEOUT", "15", 1);
+    changed = true;
+  }
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (!tunables || !std::strstr(tunables, "glibc.malloc.hugetlb")) {
+    const std::string hugetlb = "glibc.malloc.hugetlb=1";
+    setenv(
+        "GLIBC_TUNABLES",
+        tunables && *tunables ? (std::string(tunables) + ":" + hugetlb).c_str() : hugetlb.c_str(),
+        1);
+    changed = true;
+  }
+  if (changed) execv("/proc/self/exe", argv);
+  // exec failed (no /proc?): carry on with the libraries' defaults.
+}
+
+}  // namespace collage::cli

@@ -1,0 +1,12 @@
+#pragma once
+
+namespace collage::cli {
+
+// For the commands that run kernels (run, tune, bench, measure-worker): re-executes the
+// process once with the settings the libraries read from the environment at load time
+// (library_env.cc: short idle-spin limits for the thread pools, huge pages for the large
+// blocks glibc's malloc maps), unless the user chose them. Returns when nothing was changed
+// (or exec failed).
+void set_library_environment(int argc, char** argv);
+
+}  // namespace collage::cli
