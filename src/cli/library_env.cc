@@ -22,13 +22,12 @@
 // run (~11 us each here). With the tunable, malloc asks for transparent huge pages on those
 // blocks (madvise; the kernel's THP mode is "madvise" on Debian): one fault per 2 MiB.
 // Measured 2026-12-06 on the 2-core EPYC (`collage run --threads 2 --repeat 5 --json`, with
-// and without, one after the other): S3D (1x3x16x224x224) on torch 729 -> 444 ms a run and
-// 37,635 -> 1,354 page faults a run, on torch-graph 403 -> 264 ms and 12,545 -> 282; a
-// region of three elementwise ops over 1x16x768x768 on torch-graph 250 -> 33 ms; peak RSS
-// the same. Tried first and dropped: mallopt(M_MMAP_MAX, 0) and no trimming, i.e. every
-// block from the heap: no faults, but glibc 2.36's posix_memalign cannot reuse a freed block
-// of the size it asks for again (it asks for the alignment on top), so the heap grew by a
-// block a run, to 1.2 GB against 436 MB for that region.
+// GLIBC_TUNABLES=glibc.malloc.hugetlb=0 and without, one after the other): S3D
+// (1x3x16x224x224) on torch 588 -> 367 ms a run and 37,635 -> 1,354 page faults a run, on
+// torch-graph 316 -> 251 ms and 12,545 -> 792; a region of three elementwise ops over
+// 1x16x768x768 on torch-graph 197 -> 35 ms; peak RSS within 10 %. Every block from the
+// heap instead (mallopt(M_MMAP_MAX, 0), no trimming) was tried first and dropped: the heap
+// grew by a block a run (docs/DESIGN.md, "Runtime").
 #include "cli/library_env.h"
 
 #include <unistd.h>

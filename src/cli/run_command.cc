@@ -63,7 +63,7 @@ struct Checksum {
 // Minor page faults of this process so far (every thread's): a fault per 4 KiB page a run
 // touches for the first time, ~11 us each on the 2-core EPYC. A plan's own tensors live in an
 // arena touched when the session is made, so a run that faults is a library's temporaries
-// coming back from the kernel each time (cli/heap_reuse.h).
+// mapped afresh each time (src/cli/library_env.cc).
 long minor_page_faults() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
