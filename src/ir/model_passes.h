@@ -65,6 +65,11 @@ void lower_einsum(Graph& graph);
 // Transpose -> Reshape ONNX defines it by (space_depth_lowering.cc).
 void lower_space_depth(Graph& graph);
 
+// Replaces each Pad in "reflect" or "edge" mode of known shape and constant pads (none
+// negative, at most 8 on a side) with a Concat of its input and one-element Slices of it per
+// padded axis (pad_lowering.cc); the others stay Pad (the reference kernel runs them).
+void lower_edge_pads(Graph& graph);
+
 // Drops the constants infer_shapes attached to node outputs, so every node computes its
 // outputs at run time (import without optimisation).
 void detach_folded_constants(Graph& graph);

@@ -372,6 +372,7 @@ Graph load_impl(std::string_view bytes, const std::string& base_dir, const LoadO
     if (options.optimize) {
       lower_einsum(graph);
       lower_space_depth(graph);
+      lower_edge_pads(graph);
       remove_identities(graph);  // also what the lowering leaves ("ij->ij": an Identity)
       fold_constants(graph, options);
       fold_batch_norms(graph);

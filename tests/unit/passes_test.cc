@@ -1,8 +1,11 @@
-// Shape inference with folding, constant folding, dead-code removal and model_stats.
+// Shape inference with folding, constant folding, dead-code removal, model_stats and the
+// import lowerings.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
+#include <random>
 #include <utility>
 
 #include "backend_test_util.h"
@@ -315,6 +318,75 @@ TEST(FoldBatchNorms, IntoTheConvolutionBeforeThem) {
   const std::vector<Tensor> want = Session(kept, SessionOptions{}).run(inputs);
   const std::vector<Tensor> got = Session(folded, SessionOptions{}).run(inputs);
   EXPECT_EQ(compare_outputs(got, want, Tolerance::backend_vs_reference()), "");
+}
+
+// A Pad in "reflect" or "edge" mode (random ranks, shapes and pads; pads as an input and,
+// before opset 11, as an attribute; opsets 9, 10 and 13) is lowered on import to Slices and
+// Concats that compute what the reference Pad kernel does, element for element; between two
+// Relus, onednn-graph then takes the whole graph as one region (before, the Pad was the
+// reference kernel's and cut it in three). A negative pad (a crop), a "constant" one and one
+// over 8 wide stay Pads.
+TEST(LowerEdgePads, ComputesWhatTheReferencePadDoesAndLeavesNoHole) {
+  using testing::attr_ints;
+  using testing::attr_s;
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 12; ++trial) {
+    const bool reflect = trial % 2 == 0, as_attribute = trial % 3 == 0;
+    const size_t rank = 3 + trial % 3;
+    Shape shape;
+    for (size_t d = 0; d < rank; ++d) shape.push_back(2 + static_cast<int64_t>(rng() % 5));
+    std::vector<int64_t> pads(2 * rank, 0);
+    for (size_t i = 0; i < pads.size(); ++i) {
+      const int64_t limit = std::min<int64_t>(3, reflect ? shape[i % rank] - 1 : 3);
+      pads[i] = static_cast<int64_t>(rng() % (limit + 1));
+    }
+    pads[rank - 1] = 1;  // some padding
+    SCOPED_TRACE(fmt::format("trial {} {} shape [{}] pads [{}]", trial,
+                             reflect ? "reflect" : "edge", fmt::join(shape, ","),
+                             fmt::join(pads, ",")));
+    // Opset 9: the lowering's Slices take their bounds as attributes; 10: as inputs.
+    testing::GraphBuilder b(as_attribute ? (trial % 2 ? 9 : 10) : 13);
+    ValueId y = b.add1("Relu", {b.input("x", DType::kFloat32, shape)});
+    std::map<std::string, Attribute> attrs = {{"mode", attr_s(reflect ? "reflect" : "edge")}};
+    if (as_attribute) {
+      attrs["pads"] = attr_ints(pads);
+      y = b.add1("Pad", {y}, attrs);
+    } else {
+      const ValueId p = b.constant(
+          "pads", Tensor::from_vector<int64_t>({static_cast<int64_t>(pads.size())}, pads));
+      y = b.add1("Pad", {y, p}, attrs);
+    }
+    b.output(b.add1("Relu", {y}));
+    const auto [lowered, kept] = load_both_ways(b.graph());
+    EXPECT_EQ(op_list(kept), "Relu Pad Relu ");
+    EXPECT_EQ(op_list(lowered).find("Pad"), std::string::npos) << op_list(lowered);
+    const std::vector<Tensor> inputs = random_inputs(kept, trial);
+    const std::vector<Tensor> want = Session(kept, SessionOptions{}).run(inputs);
+    EXPECT_TRUE(testing::outputs_match(Session(lowered, SessionOptions{}).run(inputs), want,
+                                       Tolerance{0, 0}));
+    for (const char* backend : {"onednn-graph", "onednn"}) {
+      SessionOptions on;
+      on.backend = backend;
+      on.strict = true;
+      Session session(lowered, on);
+      EXPECT_TRUE(testing::outputs_match(session.run(inputs), want, Tolerance{0, 0})) << backend;
+      for (const PlanGroup& group : session.plan().groups) EXPECT_EQ(group.backend, backend);
+      if (std::string(backend) == "onednn-graph") EXPECT_EQ(session.num_steps(), 1u);
+    }
+  }
+  // What stays a Pad.
+  for (const auto& [mode, pads] :
+       std::vector<std::pair<std::string, std::vector<int64_t>>>{{"reflect", {0, 0, -1, 0, 0, 1}},
+                                                                 {"constant", {0, 0, 1, 0, 0, 1}},
+                                                                 {"edge", {0, 0, 9, 0, 0, 0}}}) {
+    testing::GraphBuilder b(13);
+    const ValueId p =
+        b.constant("pads", Tensor::from_vector<int64_t>({static_cast<int64_t>(pads.size())}, pads));
+    b.output(
+        b.add1("Pad", {b.input("x", DType::kFloat32, {2, 3, 4}), p}, {{"mode", attr_s(mode)}}));
+    const auto [lowered, kept] = load_both_ways(b.graph());
+    EXPECT_EQ(op_list(lowered), "Pad ") << mode << " " << fmt::format("{}", fmt::join(pads, ","));
+  }
 }
 
 }  // namespace

@@ -1,0 +1,122 @@
+// Pad in "reflect" and "edge" mode lowered, axis by axis, to a Concat of the input and
+// one-element Slices of it: pure data movement that every fast backend runs (onednn and
+// onednn-graph as reorders and a concat, inside regions too), where the op itself only had
+// the reference kernel, and so cut every graph-level region around it (a conv, its Relu, a
+// reflect Pad and the next conv ran as three kernels on onednn-graph). Reflection padding
+// is the usual border of image-to-image generators (CycleGAN's and pix2pix's ResNet blocks,
+// style transfer): one Pad before each 3x3 conv. numpy.pad, which ONNX defines the modes by,
+// pads a tensor axis by axis the same way, so the corners come out the same.
+#include <algorithm>
+
+#include "ir/model_passes.h"
+
+namespace collage {
+namespace {
+
+// Pads wider than this on one side of an axis stay one Pad on the reference kernel: each
+// padded element is a Slice of its own here.
+constexpr int64_t kMaxLoweredPad = 8;
+
+// The pads of `node` as {begin per axis..., end per axis...} over the input's rank, or
+// nullopt where they are not known constants.
+std::optional<std::vector<int64_t>> constant_pads(const Graph& graph, const Node& node,
+                                                  size_t rank) {
+  if (node.has_attr("pads")) return node.attr_ints("pads");  // before opset 11
+  const ValueId pads = node.input(1);
+  if (pads == kNoValue || !graph.value(pads).is_constant()) return std::nullopt;
+  std::vector<int64_t> values = graph.value(pads).constant.to_int_vector();
+  const ValueId axes = node.input(3);  // opset 18
+  if (axes == kNoValue) return values;
+  if (!graph.value(axes).is_constant()) return std::nullopt;
+  const std::vector<int64_t> listed = graph.value(axes).constant.to_int_vector();
+  if (values.size() != 2 * listed.size()) return std::nullopt;
+  std::vector<int64_t> full(2 * rank, 0);
+  for (size_t i = 0; i < listed.size(); ++i) {
+    const int64_t axis = listed[i] < 0 ? listed[i] + static_cast<int64_t>(rank) : listed[i];
+    if (axis < 0 || axis >= static_cast<int64_t>(rank)) return std::nullopt;
+    full[axis] = values[i];
+    full[axis + rank] = values[i + listed.size()];
+  }
+  return full;
+}
+
+// Whether `node` is a reflect/edge Pad this lowering takes: shapes known, pads constant,
+// none negative (a crop), each side at most kMaxLoweredPad, a reflection shorter than its
+// axis, and some padding at all.
+bool lowerable(const Graph& graph, const Node& node, std::vector<int64_t>& pads) {
+  if (!node.domain.empty() || node.op_type != "Pad" || node.outputs.size() != 1) return false;
+  const std::string mode = node.attr_string("mode", "constant");
+  if (mode != "reflect" && mode != "edge") return false;
+  const Value& x = graph.value(node.input(0));
+  if (!x.shape_known || !graph.value(node.outputs[0]).shape_known || x.shape.empty()) return false;
+  const size_t rank = x.shape.size();
+  std::optional<std::vector<int64_t>> found = constant_pads(graph, node, rank);
+  if (!found || found->size() != 2 * rank) return false;
+  pads = *found;
+  bool any = false;
+  for (size_t d = 0; d < rank; ++d)
+    for (const int64_t p : {pads[d], pads[d + rank]}) {
+      if (p < 0 || p > kMaxLoweredPad) return false;
+      if (p > 0 && (x.shape[d] < 1 || (mode == "reflect" && p >= x.shape[d]))) return false;
+      any = any || p > 0;
+    }
+  return any;
+}
+
+void lower_one(Graph& graph, const Node& node, const std::vector<int64_t>& pads) {
+  const bool reflect = node.attr_string("mode", "constant") == "reflect";
+  const Shape shape = graph.value(node.input(0)).shape;
+  const size_t rank = shape.size();
+  std::vector<size_t> padded_axes;
+  for (size_t d = 0; d < rank; ++d)
+    if (pads[d] > 0 || pads[d + rank] > 0) padded_axes.push_back(d);
+  int count = 0;
+  ValueId value = node.input(0);
+  for (const size_t d : padded_axes) {
+    const int64_t length = shape[d];
+    // One element of `value` along d, at `index`. Slice takes its bounds as inputs from
+    // opset 10 on, as attributes before (the graph's opset says how its nodes read).
+    auto element = [&](int64_t index) {
+      const std::vector<int64_t> starts = {index}, ends = {index + 1},
+                                 axes = {static_cast<int64_t>(d)};
+      const NodeId id =
+          graph.opset >= 10
+              ? append_lowered_node(
+                    graph, node.name, count, "Slice",
+                    {value, append_int64_constant(graph, node.name, count, "starts", starts),
+                     append_int64_constant(graph, node.name, count, "ends", ends),
+                     append_int64_constant(graph, node.name, count, "axes", axes)},
+                    {})
+              : append_lowered_node(graph, node.name, count, "Slice", {value},
+                                    {{"starts", Attribute::from_ints(starts)},
+                                     {"ends", Attribute::from_ints(ends)},
+                                     {"axes", Attribute::from_ints(axes)}});
+      return graph.node(id).outputs[0];
+    };
+    std::vector<ValueId> parts;
+    // Before: reflect x[p], ..., x[1]; edge x[0] p times.
+    for (int64_t k = pads[d]; k >= 1; --k) parts.push_back(element(reflect ? k : 0));
+    parts.push_back(value);
+    // After: reflect x[L-2], ..., x[L-1-p]; edge x[L-1] p times.
+    for (int64_t k = 1; k <= pads[d + rank]; ++k)
+      parts.push_back(element(reflect ? length - 1 - k : length - 1));
+    const bool last = d == padded_axes.back();
+    const NodeId id = append_lowered_node(graph, node.name, count, "Concat", parts,
+                                          {{"axis", Attribute::from_int(static_cast<int64_t>(d))}},
+                                          last ? node.outputs[0] : kNoValue);
+    value = graph.node(id).outputs[0];
+  }
+}
+
+}  // namespace
+
+void lower_edge_pads(Graph& graph) {
+  lower_nodes(graph, [](Graph& g, const Node& node) {
+    std::vector<int64_t> pads;
+    if (!lowerable(g, node, pads)) return false;
+    lower_one(g, node, pads);
+    return true;
+  });
+}
+
+}  // namespace collage
