@@ -20,14 +20,9 @@ using testing::attr_i;
 using testing::attr_ints;
 using testing::expect_fast_and_like_reference;
 using testing::GraphBuilder;
+using testing::onednn;
+using testing::onednn_graph;
 using Attrs = std::map<std::string, Attribute>;
-
-Backend& onednn() {
-  return BackendRegistry::global().get("onednn");
-}
-Backend& onednn_graph() {
-  return BackendRegistry::global().get("onednn-graph");
-}
 
 // oneDNN 2.6 has no jit pooling for a row-major source past small planes: its generic
 // "simple_nchw" loops ran Inception-v3's first MaxPool (64x147x147) in 9.4 ms, a 3-D MaxPool

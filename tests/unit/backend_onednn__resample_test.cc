@@ -24,13 +24,6 @@ using testing::GraphBuilder;
 using testing::has_match;
 using testing::pick;
 
-Backend& onednn() {
-  return BackendRegistry::global().get("onednn");
-}
-Backend& onednn_graph() {
-  return BackendRegistry::global().get("onednn-graph");
-}
-
 struct Form {
   std::string mode, coord, nearest;
 };
@@ -60,6 +53,8 @@ ValueId resize(GraphBuilder& b, ValueId x, const std::vector<float>& factors, co
 }
 
 using testing::expect_fast_and_like_reference;
+using testing::onednn;
+using testing::onednn_graph;
 
 TEST(OnednnResample, ClaimedFormsComputeWhatReferenceDoes) {
   const std::vector<Form> nearest = {{"nearest", "asymmetric", "floor"},

@@ -23,15 +23,10 @@ namespace {
 using testing::attr_ints;
 using testing::GraphBuilder;
 using testing::has_match;
+using testing::onednn;
+using testing::onednn_graph;
 using testing::pick;
 using testing::steps_of;
-
-Backend& onednn() {
-  return BackendRegistry::global().get("onednn");
-}
-Backend& onednn_graph() {
-  return BackendRegistry::global().get("onednn-graph");
-}
 
 // How the normalized value is written: x * (1 / sqrt(.)) as torch.rsqrt exports,
 // Reciprocal(sqrt(.)) * x, or x / sqrt(.).

@@ -21,14 +21,9 @@ namespace {
 using testing::attr_i;
 using testing::expect_fast_and_like_reference;
 using testing::GraphBuilder;
+using testing::onednn;
+using testing::onednn_graph;
 using testing::pick;
-
-Backend& onednn() {
-  return BackendRegistry::global().get("onednn");
-}
-Backend& onednn_graph() {
-  return BackendRegistry::global().get("onednn-graph");
-}
 
 TEST(OnednnSoftmax, EveryAxisRunsOnAJitKernel) {
   std::mt19937 rng(7);

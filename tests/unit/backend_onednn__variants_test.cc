@@ -34,16 +34,11 @@ using testing::attr_f;
 using testing::attr_i;
 using testing::attr_ints;
 using testing::GraphBuilder;
+using testing::onednn;
+using testing::onednn_graph;
 using testing::pick;
 using testing::ProgramSteps;
 using testing::steps_of;
-
-Backend& onednn() {
-  return BackendRegistry::global().get("onednn");
-}
-Backend& onednn_graph() {
-  return BackendRegistry::global().get("onednn-graph");
-}
 
 struct Outputs {
   std::vector<Tensor> got, want;

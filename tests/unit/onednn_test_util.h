@@ -20,6 +20,14 @@
 
 namespace collage::testing {
 
+// The two oneDNN backends, as the registry holds them.
+inline Backend& onednn() {
+  return BackendRegistry::global().get("onednn");
+}
+inline Backend& onednn_graph() {
+  return BackendRegistry::global().get("onednn-graph");
+}
+
 // `kernel` is a oneDNN program of at least `min_primitives` primitives, none of them a
 // reference implementation.
 inline void expect_no_reference_primitive(const Kernel& kernel, const std::string& what,
