@@ -6,7 +6,7 @@
 // is the usual border of image-to-image generators (CycleGAN's and pix2pix's ResNet blocks,
 // style transfer): one Pad before each 3x3 conv. numpy.pad, which ONNX defines the modes by,
 // pads a tensor axis by axis the same way, so the corners come out the same.
-#include <algorithm>
+#include <map>
 
 #include "ir/model_passes.h"
 
@@ -74,9 +74,12 @@ void lower_one(Graph& graph, const Node& node, const std::vector<int64_t>& pads)
   ValueId value = node.input(0);
   for (const size_t d : padded_axes) {
     const int64_t length = shape[d];
-    // One element of `value` along d, at `index`. Slice takes its bounds as inputs from
+    // One element of `value` along d, at `index`, sliced once however often the Concat reads
+    // it (edge mode reads the border element p times). Slice takes its bounds as inputs from
     // opset 10 on, as attributes before (the graph's opset says how its nodes read).
+    std::map<int64_t, ValueId> sliced;
     auto element = [&](int64_t index) {
+      if (auto it = sliced.find(index); it != sliced.end()) return it->second;
       const std::vector<int64_t> starts = {index}, ends = {index + 1},
                                  axes = {static_cast<int64_t>(d)};
       const NodeId id =
@@ -91,7 +94,7 @@ void lower_one(Graph& graph, const Node& node, const std::vector<int64_t>& pads)
                                     {{"starts", Attribute::from_ints(starts)},
                                      {"ends", Attribute::from_ints(ends)},
                                      {"axes", Attribute::from_ints(axes)}});
-      return graph.node(id).outputs[0];
+      return sliced[index] = graph.node(id).outputs[0];
     };
     std::vector<ValueId> parts;
     // Before: reflect x[p], ..., x[1]; edge x[0] p times.
