@@ -70,6 +70,21 @@ void lower_space_depth(Graph& graph);
 // padded axis (pad_lowering.cc); the others stay Pad (the reference kernel runs them).
 void lower_edge_pads(Graph& graph);
 
+// Replaces each Gather of a 1-D constant index list (at most 8 runs of consecutive indices)
+// and each Tile of constant repeats (at most 8 an axis) of a float32 value with Slices and
+// Concats (gather_tile_lowering.cc); the others stay.
+void lower_gathers_and_tiles(Graph& graph);
+
+// Replaces each Sum, Mean, Max and Min of one or more than two inputs, Selu, Celu, ReduceL1,
+// ReduceL2, ReduceSumSquare and ReduceLogSum over float32 values with the simpler ops ONNX
+// defines them by (function_op_lowering.cc); the others stay (the reference kernel runs them).
+void lower_function_ops(Graph& graph);
+
+// Makes each reader of an Expand's output that broadcasts its inputs anyway (Add, Mul, Where,
+// ...) read the Expand's input instead, where its output keeps its shape: F.normalize's Div
+// reads its norm through one (passes.cc). An Expand left with no reader is then dead code.
+void bypass_broadcast_expands(Graph& graph);
+
 // Drops the constants infer_shapes attached to node outputs, so every node computes its
 // outputs at run time (import without optimisation).
 void detach_folded_constants(Graph& graph);

@@ -373,7 +373,10 @@ Graph load_impl(std::string_view bytes, const std::string& base_dir, const LoadO
       lower_einsum(graph);
       lower_space_depth(graph);
       lower_edge_pads(graph);
+      lower_function_ops(graph);
+      lower_gathers_and_tiles(graph);
       remove_identities(graph);  // also what the lowering leaves ("ij->ij": an Identity)
+      bypass_broadcast_expands(graph);
       fold_constants(graph, options);
       fold_batch_norms(graph);
       remove_dead_code(graph);

@@ -423,6 +423,41 @@ void remove_identities(Graph& graph) {
   if (any) graph.prune(remove);
 }
 
+void bypass_broadcast_expands(Graph& graph) {
+  // The ops whose inputs broadcast against each other (multidirectionally): an Expand of one
+  // of them repeats what the op's broadcast would.
+  static const std::set<std::string> kBroadcasting = {
+      "Add", "Sub",  "Mul",   "Div",  "Pow",     "Max",         "Min",
+      "Sum", "Mean", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+      "And", "Or",   "Xor",   "Mod",  "Where",   "BitShift"};
+  std::vector<NodeId> expanded(graph.num_values(), -1);  // the Expand writing each value
+  for (size_t i = 0; i < graph.num_nodes(); ++i) {
+    const Node& n = graph.node(static_cast<NodeId>(i));
+    if (n.domain.empty() && n.op_type == "Expand" && n.outputs.size() == 1 &&
+        n.input(0) != kNoValue && graph.value(n.input(0)).shape_known)
+      expanded[n.outputs[0]] = static_cast<NodeId>(i);
+  }
+  for (size_t i = 0; i < graph.num_nodes(); ++i) {
+    Node& reader = graph.node(static_cast<NodeId>(i));
+    if (!reader.domain.empty() || !kBroadcasting.count(reader.op_type) ||
+        reader.outputs.size() != 1 || !graph.value(reader.outputs[0]).shape_known)
+      continue;
+    for (ValueId& v : reader.inputs) {
+      if (v == kNoValue || expanded[v] < 0) continue;
+      const ValueId source = graph.node(expanded[v]).input(0);
+      std::optional<Shape> shape = Shape{};
+      for (const ValueId in : reader.inputs) {
+        if (in == kNoValue || !graph.value(in).shape_known || !shape) {
+          shape.reset();
+          break;
+        }
+        shape = broadcast_shapes(*shape, graph.value(in == v ? source : in).shape);
+      }
+      if (shape && *shape == graph.value(reader.outputs[0]).shape) v = source;
+    }
+  }
+}
+
 namespace {
 
 bool f32_constant(const Graph& graph, ValueId v) {

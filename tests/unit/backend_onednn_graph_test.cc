@@ -377,7 +377,7 @@ TEST(OnednnGraphBackend, StridedSlicesAndConstantGathersInRegion) {
 // primitive): CBAM's spatial attention (channel mean and max of a conv's output, joined, a 7x7
 // conv, Sigmoid, times the input), a mean over tokens without keepdims, sums over everything
 // and over the last axis, a min over two axes. They ran on the fallback before, and cut the region
-// around them.
+// around them. A product over tokens too (ReduceProd, the same primitive).
 TEST(OnednnGraphBackend, ReductionsOverAnyAxesInRegion) {
   std::mt19937 rng(19);
   for (int trial = 0; trial < 4; ++trial) {
@@ -398,6 +398,10 @@ TEST(OnednnGraphBackend, ReductionsOverAnyAxesInRegion) {
     b.output(b.add1("ReduceSum", {tokens}, {{"keepdims", attr_i(0)}}));
     b.output(b.add1("ReduceSum", {tokens, ints(b, "last", {-1})}));  // opset 13+: an input
     b.output(b.add1("ReduceMin", {y}, {{"axes", attr_ints({-1, 1})}}));
+    // A product over tokens of values in (0.5, 1.5), so that it neither vanishes nor explodes.
+    ValueId near_one = b.add1(
+        "Add", {b.add1("Sigmoid", {tokens}), b.constant("half", Tensor::scalar<float>(0.5f))});
+    b.output(b.add1("ReduceProd", {near_one}, {{"axes", attr_ints({1})}}));
     const Graph& g = b.graph();
     expect_like_reference(g, "reductions, trial " + std::to_string(trial));
     testing::expect_no_reference_primitive(*onednn::compile_region(g), "reductions");

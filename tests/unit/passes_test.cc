@@ -389,5 +389,208 @@ TEST(LowerEdgePads, ComputesWhatTheReferencePadDoesAndLeavesNoHole) {
   }
 }
 
+// Runs `lowered` (the graph loaded with the import lowerings) on the reference kernels and on
+// onednn-graph and onednn (strict: every node on that backend), each against the reference
+// kernels on `kept` (loaded without them); onednn-graph must take it as one region.
+void expect_lowered_runs_fast_and_right(const Graph& lowered, const Graph& kept, int seed) {
+  const std::vector<Tensor> inputs = random_inputs(kept, seed);
+  const std::vector<Tensor> want = Session(kept, SessionOptions{}).run(inputs);
+  EXPECT_EQ(compare_outputs(Session(lowered, SessionOptions{}).run(inputs), want,
+                            Tolerance::backend_vs_reference()),
+            "");
+  for (const char* backend : {"onednn-graph", "onednn"}) {
+    SessionOptions on;
+    on.backend = backend;
+    on.strict = true;
+    Session session(lowered, on);
+    EXPECT_EQ(compare_outputs(session.run(inputs), want, Tolerance::backend_vs_reference()), "")
+        << backend;
+    for (const PlanGroup& group : session.plan().groups) EXPECT_EQ(group.backend, backend);
+    if (std::string(backend) == "onednn-graph") EXPECT_EQ(session.num_steps(), 1u);
+  }
+}
+
+// Selu, Celu, variadic Sum/Mean/Max/Min (one to four inputs, broadcast shapes) and ReduceL1,
+// ReduceL2, ReduceSumSquare and ReduceLogSum (random axes, keepdims or not, opsets 11 and 13)
+// are lowered on import to the ops ONNX defines them by, which compute what their reference
+// kernels do; between two elementwise ops onednn-graph then takes the whole graph as one
+// region (before, the op was the reference kernel's and cut it). Binary Max and Min, and a
+// float64 Selu, stay as they are.
+TEST(LowerFunctionOps, ComputeWhatTheReferenceKernelsDoAndLeaveNoHole) {
+  using testing::attr_f;
+  using testing::attr_i;
+  using testing::attr_ints;
+  std::mt19937 rng(5);
+  auto random_shape = [&](size_t rank) {
+    Shape shape;
+    for (size_t d = 0; d < rank; ++d) shape.push_back(2 + static_cast<int64_t>(rng() % 5));
+    return shape;
+  };
+  int seed = 0;
+  // Activations, with the attributes' defaults and without.
+  for (const auto& [op, attrs] :
+       std::vector<std::pair<std::string, std::map<std::string, Attribute>>>{
+           {"Selu", {}},
+           {"Selu", {{"alpha", attr_f(1.3f)}, {"gamma", attr_f(0.8f)}}},
+           {"Celu", {}},
+           {"Celu", {{"alpha", attr_f(0.4f)}}}}) {
+    SCOPED_TRACE(fmt::format("{} with {} attributes", op, attrs.size()));
+    testing::GraphBuilder b(13);
+    ValueId y = b.add1("Tanh", {b.input("x", DType::kFloat32, random_shape(2 + rng() % 3))});
+    y = b.add1(op, {b.add1("Mul", {y, b.constant("three", Tensor::scalar<float>(3.0f))})}, attrs);
+    b.output(b.add1("Tanh", {y}));
+    const auto [lowered, kept] = load_both_ways(b.graph());
+    EXPECT_EQ(op_list(lowered).find(op), std::string::npos) << op_list(lowered);
+    expect_lowered_runs_fast_and_right(lowered, kept, ++seed);
+  }
+  // Variadic ops: each input a Tanh of its own, some broadcast.
+  for (const auto& [op, n] : std::vector<std::pair<std::string, size_t>>{
+           {"Sum", 1}, {"Sum", 2}, {"Sum", 4}, {"Mean", 3}, {"Max", 3}, {"Min", 4}, {"Mean", 1}}) {
+    SCOPED_TRACE(fmt::format("{} of {}", op, n));
+    testing::GraphBuilder b(13);
+    const Shape full = random_shape(3);
+    std::vector<ValueId> inputs;
+    for (size_t i = 0; i < n; ++i) {
+      Shape shape = full;
+      if (i % 2 == 1) shape[rng() % 3] = 1;  // broadcast along one axis
+      inputs.push_back(b.add1("Tanh", {b.input(fmt::format("x{}", i), DType::kFloat32, shape)}));
+    }
+    b.output(b.add1("Tanh", {b.add1(op, inputs)}));
+    const auto [lowered, kept] = load_both_ways(b.graph());
+    // Sum and Mean go; Max and Min stay binary.
+    for (const Node& node : lowered.nodes()) {
+      EXPECT_NE(node.op_type, op == "Sum" || op == "Mean" ? op : "") << op_list(lowered);
+      EXPECT_LE(node.inputs.size(), 2u) << op_list(lowered);
+    }
+    expect_lowered_runs_fast_and_right(lowered, kept, ++seed);
+  }
+  // Reductions.
+  for (const std::string op : {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum"})
+    for (const int64_t opset : {11, 13}) {
+      const size_t rank = 2 + rng() % 3;
+      std::vector<int64_t> axes;
+      for (int64_t a = 0; a < static_cast<int64_t>(rank); ++a)
+        if (rng() % 2) axes.push_back(rng() % 2 ? a : a - static_cast<int64_t>(rank));
+      const int64_t keepdims = static_cast<int64_t>(rng() % 2);
+      SCOPED_TRACE(fmt::format("{} opset {} rank {} axes [{}] keepdims {}", op, opset, rank,
+                               fmt::join(axes, ","), keepdims));
+      testing::GraphBuilder b(opset);
+      // Sigmoid: positive sums for ReduceLogSum's Log.
+      const ValueId x = b.add1("Sigmoid", {b.input("x", DType::kFloat32, random_shape(rank))});
+      std::map<std::string, Attribute> attrs = {{"keepdims", attr_i(keepdims)}};
+      if (!axes.empty()) attrs["axes"] = attr_ints(axes);  // none: every axis
+      b.output(b.add1("Tanh", {b.add1(op, {x}, attrs)}));
+      const auto [lowered, kept] = load_both_ways(b.graph());
+      EXPECT_EQ(op_list(lowered).find(op), std::string::npos) << op_list(lowered);
+      expect_lowered_runs_fast_and_right(lowered, kept, ++seed);
+    }
+  // What stays.
+  {
+    testing::GraphBuilder b(13);
+    const ValueId x = b.input("x", DType::kFloat32, {2, 3});
+    b.output(b.add1("Max", {x, b.input("y", DType::kFloat32, {2, 3})}));
+    b.output(b.add1("Selu", {b.input("z", DType::kFloat64, {2, 3})}));
+    const auto [lowered, kept] = load_both_ways(b.graph());
+    EXPECT_EQ(op_list(lowered), "Max Selu ");
+  }
+}
+
+// A Gather of a 1-D constant index list (random ranks, axes, runs of consecutive indices,
+// negative indices, repeated runs; opsets 9 and 13) and a Tile of constant repeats are lowered
+// on import to Slices and Concats that compute what their reference kernels do, element for
+// element; between two Tanhs onednn-graph then takes the whole graph as one region. A scalar
+// index (a cut already), a Gather of more than 8 runs or of indices known only at run time,
+// and a Tile over 8 stay.
+TEST(LowerGathersAndTiles, ComputeWhatTheReferenceKernelsDoAndLeaveNoHole) {
+  using testing::attr_i;
+  std::mt19937 rng(23);
+  for (int trial = 0; trial < 10; ++trial) {
+    const size_t rank = 2 + trial % 3;
+    Shape shape;
+    for (size_t d = 0; d < rank; ++d) shape.push_back(2 + static_cast<int64_t>(rng() % 6));
+    const int64_t axis = static_cast<int64_t>(rng() % rank);
+    const bool tile = trial % 3 == 2;
+    testing::GraphBuilder b(trial % 2 ? 9 : 13);
+    const ValueId x = b.add1("Tanh", {b.input("x", DType::kFloat32, shape)});
+    ValueId y;
+    std::string what;
+    if (tile) {
+      std::vector<int64_t> repeats(rank, 1);
+      repeats[static_cast<size_t>(axis)] = 2 + static_cast<int64_t>(rng() % 3);
+      repeats[rng() % rank] += 1;
+      what = fmt::format("Tile [{}]", fmt::join(repeats, ","));
+      y = b.add1("Tile", {x, b.constant("repeats", Tensor::from_vector<int64_t>(
+                                                       {static_cast<int64_t>(rank)}, repeats))});
+    } else {
+      // Up to 4 runs of up to 3 consecutive indices each, some negative.
+      const int64_t length = shape[static_cast<size_t>(axis)];
+      std::vector<int64_t> index;
+      for (size_t r = 0, runs = 1 + rng() % 4; r < runs; ++r) {
+        const int64_t start = static_cast<int64_t>(rng() % length);
+        for (int64_t i = start; i < std::min<int64_t>(length, start + 1 + rng() % 3); ++i)
+          index.push_back(rng() % 2 ? i : i - length);
+      }
+      what = fmt::format("Gather axis {} of [{}]", axis, fmt::join(index, ","));
+      y = b.add1("Gather",
+                 {x, b.constant("index", Tensor::from_vector<int64_t>(
+                                             {static_cast<int64_t>(index.size())}, index))},
+                 {{"axis", attr_i(trial % 2 ? axis : axis - static_cast<int64_t>(rank))}});
+    }
+    SCOPED_TRACE(fmt::format("trial {} shape [{}] {}", trial, fmt::join(shape, ","), what));
+    b.output(b.add1("Tanh", {y}));
+    const auto [lowered, kept] = load_both_ways(b.graph());
+    EXPECT_EQ(op_list(lowered).find(tile ? "Tile" : "Gather"), std::string::npos)
+        << op_list(lowered);
+    const std::vector<Tensor> inputs = random_inputs(kept, trial);
+    const std::vector<Tensor> want = Session(kept, SessionOptions{}).run(inputs);
+    EXPECT_TRUE(testing::outputs_match(Session(lowered, SessionOptions{}).run(inputs), want,
+                                       Tolerance{0, 0}));
+    expect_lowered_runs_fast_and_right(lowered, kept, trial);
+  }
+  // What stays.
+  testing::GraphBuilder b(13);
+  const ValueId x = b.input("x", DType::kFloat32, {20, 3});
+  auto index = [&](const std::string& name, std::vector<int64_t> values) {
+    const Shape shape = values.size() == 1 ? Shape{} : Shape{static_cast<int64_t>(values.size())};
+    return b.constant(name, Tensor::from_vector<int64_t>(shape, values));
+  };
+  b.output(b.add1("Gather", {x, index("one", {3})}));
+  b.output(b.add1("Gather", {x, index("nine_runs", {0, 2, 4, 6, 8, 10, 12, 14, 16})}));
+  b.output(b.add1("Gather", {b.constant("table", Tensor::from_vector<float>({4}, {1, 2, 3, 4})),
+                             b.input("i", DType::kInt64, {2})}));
+  b.output(b.add1("Tile", {x, index("nine", {9, 1})}));
+  const auto [lowered, kept] = load_both_ways(b.graph());
+  EXPECT_EQ(op_list(lowered), "Gather Gather Gather Tile ");
+}
+
+// A reader that broadcasts its inputs reads an Expand's input instead of its output where its
+// own output keeps its shape (F.normalize's Div of the norm, an Add, a Where's condition);
+// the Expand is then dead and goes. An Expand that makes the reader's output larger, one read
+// by a non-broadcasting op, and one that is a graph output stay. Outputs unchanged.
+TEST(BypassBroadcastExpands, ReadersThatBroadcastAnywayReadTheExpandsInput) {
+  using testing::attr_i;
+  using testing::attr_ints;
+  testing::GraphBuilder b(13);
+  const ValueId x = b.add1("Tanh", {b.input("x", DType::kFloat32, {1, 8, 4, 4})});
+  const ValueId full = b.constant("full", Tensor::from_vector<int64_t>({4}, {1, 8, 4, 4}));
+  const ValueId norm =
+      b.add1("ReduceMean", {x}, {{"axes", attr_ints({2, 3})}, {"keepdims", attr_i(1)}});
+  // Bypassed: the Div and Add read the [1,8,1,1] norm directly.
+  const ValueId expanded = b.add1("Expand", {norm, full});
+  const ValueId divided = b.add1("Div", {x, expanded});
+  b.output(b.add1("Add", {expanded, divided}));
+  // Stays: broadcasting the Expand's input would give [1,8,4,4], not [2,8,4,4].
+  const ValueId twice = b.constant("twice", Tensor::from_vector<int64_t>({4}, {2, 8, 4, 4}));
+  b.output(b.add1("Mul", {b.add1("Expand", {x, twice}), x}));
+  // Stays: a Relu does not broadcast.
+  b.output(b.add1("Relu", {b.add1("Expand", {norm, full})}));
+  const auto [bypassed, kept] = load_both_ways(b.graph());
+  EXPECT_EQ(op_list(kept), "Tanh ReduceMean Expand Div Add Expand Mul Expand Relu ");
+  EXPECT_EQ(op_list(bypassed), "Tanh ReduceMean Div Add Expand Mul Expand Relu ");
+  const std::vector<Tensor> inputs = random_inputs(kept, 3);
+  EXPECT_TRUE(testing::outputs_match(Session(bypassed, SessionOptions{}).run(inputs),
+                                     Session(kept, SessionOptions{}).run(inputs), Tolerance{0, 0}));
+}
+
 }  // namespace
 }  // namespace collage

@@ -10,7 +10,7 @@
 // such as the channels-last one brgconv picks), DepthToSpace / SpaceToDepth (the same
 // reorder over their 6-D view), constant Pad (a reorder into the interior of
 // a buffer whose border is written once, at compile time), a ReduceMean/ReduceMax over all
-// spatial axes (a global pooling) and ReduceMean/Max/Min/Sum over other axes (the reduction
+// spatial axes (a global pooling) and ReduceMean/Max/Min/Sum/Prod over other axes (the reduction
 // primitive). Zero Pads before convolutions and pools are folded into them instead
 // (fold_pads).
 #include <algorithm>
@@ -618,6 +618,7 @@ std::optional<dnnl::algorithm> reduction_algorithm(const std::string& op) {
   if (op == "ReduceMax") return dnnl::algorithm::reduction_max;
   if (op == "ReduceMin") return dnnl::algorithm::reduction_min;
   if (op == "ReduceSum") return dnnl::algorithm::reduction_sum;
+  if (op == "ReduceProd") return dnnl::algorithm::reduction_mul;
   return std::nullopt;
 }
 

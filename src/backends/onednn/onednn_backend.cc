@@ -153,7 +153,7 @@ class OnednnBackend : public Backend {
          {}},
         {"Pad", op("Pad").where(layout, "float32, constant mode and pads, none negative"), {}},
         {"Reduce",
-         op_in({"ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum"})
+         op_in({"ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd"})
              .where(layout, "float32, constant axes"),
          {}},
         {"ChannelShuffle", op("Reshape", {op("Transpose", {op("Reshape")})}), shuffle_check},

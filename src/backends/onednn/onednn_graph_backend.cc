@@ -27,9 +27,10 @@ std::vector<std::string> region_ops() {
     if (f.emit) ops.insert(ops.end(), f.ops.begin(), f.ops.end());
   // Views, and the glue between primitives (layout_kernel.cc).
   // Erf only inside an exported GELU, Where only of a constant condition (region_node says).
-  for (const char* op : {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Concat",
-                         "Slice", "Split", "Transpose", "Pad", "ReduceMean", "ReduceMax",
-                         "ReduceMin", "ReduceSum", "DepthToSpace", "SpaceToDepth", "Erf", "Where"})
+  for (const char* op :
+       {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Concat", "Slice", "Split",
+        "Transpose", "Pad", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd",
+        "DepthToSpace", "SpaceToDepth", "Erf", "Where"})
     if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
   for (const auto* list : {&unary_ops(), &binary_ops()})
     for (const std::string& op : *list)

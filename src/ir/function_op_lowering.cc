@@ -1,0 +1,144 @@
+// Ops that ONNX defines as compositions of simpler ops, lowered on import to those ops where
+// no fast backend has the op itself: the reference kernel ran each one, and cut every
+// graph-level region around it (a conv, a Selu and the next conv ran as three onednn-graph
+// kernels; F.normalize's ReduceL2 split its own Div from the conv before it). The simpler
+// ops are what oneDNN's eltwise, binary and reduction primitives run, inside regions too:
+//   - Selu(x) = gamma * Elu(x, alpha); Celu(x) = alpha * Elu(x / alpha, 1) (ONNX's function
+//     body for Celu);
+//   - Sum and Mean of n inputs: a chain of Adds (Mean: divided by n), Max and Min of three
+//     or more: a chain of binary Max/Min (binary Max/Min are the fast backends' already); one
+//     input: an Identity;
+//   - ReduceL1 = ReduceSum(Abs(x)), ReduceSumSquare = ReduceSum(x * x), ReduceL2 =
+//     Sqrt(ReduceSumSquare), ReduceLogSum = Log(ReduceSum(x)), as ONNX's opset-18 function
+//     bodies (oneDNN 2.6's Lp-norm reductions have only a reference kernel; its sum is jit).
+// Only float32 values: the fast backends' type. ReduceLogSumExp stays (its plain composition
+// overflows where the reference kernel subtracts the maximum first).
+#include "ir/model_passes.h"
+
+namespace collage {
+namespace {
+
+bool f32(const Graph& graph, ValueId v) {
+  return v != kNoValue && graph.value(v).dtype == DType::kFloat32 && graph.value(v).shape_known;
+}
+
+ValueId float_constant(Graph& graph, const std::string& base, int& count, const std::string& what,
+                       float value) {
+  return graph.add_constant(fmt::format("{}/{}_{}", base, what, count++),
+                            Tensor::scalar<float>(value));
+}
+
+// Selu and Celu as Elu with a scale (and Celu's input scale).
+bool lower_scaled_elu(Graph& graph, const Node& node) {
+  const ValueId x = node.input(0), y = node.outputs[0];
+  int count = 0;
+  if (node.op_type == "Selu") {
+    const float alpha = node.attr_float("alpha", 1.67326319217681884765625f);
+    const float gamma = node.attr_float("gamma", 1.05070102214813232421875f);
+    const NodeId elu = append_lowered_node(graph, node.name, count, "Elu", {x},
+                                           {{"alpha", Attribute::from_float(alpha)}});
+    append_lowered_node(
+        graph, node.name, count, "Mul",
+        {graph.node(elu).outputs[0], float_constant(graph, node.name, count, "gamma", gamma)}, {},
+        y);
+    return true;
+  }
+  const float alpha = node.attr_float("alpha", 1.0f);
+  if (alpha == 0) return false;  // the reference kernel reports it
+  const ValueId a = float_constant(graph, node.name, count, "alpha", alpha);
+  const NodeId scaled = append_lowered_node(graph, node.name, count, "Div", {x, a}, {});
+  const NodeId elu =
+      append_lowered_node(graph, node.name, count, "Elu", {graph.node(scaled).outputs[0]},
+                          {{"alpha", Attribute::from_float(1.0f)}});
+  append_lowered_node(graph, node.name, count, "Mul", {graph.node(elu).outputs[0], a}, {}, y);
+  return true;
+}
+
+// Sum, Mean, Max and Min of any number of inputs as a left-to-right chain of binary ops, the
+// order the reference kernel accumulates in.
+bool lower_variadic(Graph& graph, const Node& node) {
+  const std::string& t = node.op_type;
+  const size_t n = node.inputs.size();
+  if (n == 0 || ((t == "Max" || t == "Min") && n == 2)) return false;
+  const std::string binary = t == "Sum" || t == "Mean" ? "Add" : t;
+  const ValueId y = node.outputs[0];
+  int count = 0;
+  if (n == 1) {
+    append_lowered_node(graph, node.name, count, "Identity", {node.inputs[0]}, {}, y);
+    return true;
+  }
+  ValueId acc = node.inputs[0];
+  for (size_t i = 1; i < n; ++i) {
+    const bool last = i + 1 == n && t != "Mean";
+    acc = graph
+              .node(append_lowered_node(graph, node.name, count, binary, {acc, node.inputs[i]}, {},
+                                        last ? y : kNoValue))
+              .outputs[0];
+  }
+  if (t == "Mean")
+    append_lowered_node(
+        graph, node.name, count, "Div",
+        {acc, float_constant(graph, node.name, count, "count", static_cast<float>(n))}, {}, y);
+  return true;
+}
+
+// ReduceL1, ReduceL2, ReduceSumSquare and ReduceLogSum around a ReduceSum with the node's
+// axes and keepdims. Their axes are an attribute before opset 18; ReduceSum's an input from
+// opset 13 on.
+bool lower_reduction(Graph& graph, const Node& node) {
+  const std::string& t = node.op_type;
+  const ValueId x = node.input(0), y = node.outputs[0];
+  std::map<std::string, Attribute> attrs;
+  if (node.has_attr("keepdims")) attrs["keepdims"] = node.attrs.at("keepdims");
+  int count = 0;
+  std::vector<ValueId> sum_inputs;
+  if (t == "ReduceL1") {
+    sum_inputs.push_back(
+        graph.node(append_lowered_node(graph, node.name, count, "Abs", {x}, {})).outputs[0]);
+  } else if (t == "ReduceL2" || t == "ReduceSumSquare") {
+    sum_inputs.push_back(
+        graph.node(append_lowered_node(graph, node.name, count, "Mul", {x, x}, {})).outputs[0]);
+  } else {
+    sum_inputs.push_back(x);  // ReduceLogSum
+  }
+  if (node.has_attr("axes")) {
+    if (graph.opset >= 13)
+      sum_inputs.push_back(
+          append_int64_constant(graph, node.name, count, "axes", node.attr_ints("axes")));
+    else
+      attrs["axes"] = node.attrs.at("axes");
+  }
+  const bool last = t == "ReduceL1" || t == "ReduceSumSquare";
+  const ValueId sum = graph
+                          .node(append_lowered_node(graph, node.name, count, "ReduceSum",
+                                                    sum_inputs, attrs, last ? y : kNoValue))
+                          .outputs[0];
+  if (!last)
+    append_lowered_node(graph, node.name, count, t == "ReduceL2" ? "Sqrt" : "Log", {sum}, {}, y);
+  return true;
+}
+
+}  // namespace
+
+void lower_function_ops(Graph& graph) {
+  lower_nodes(graph, [](Graph& g, const Node& node) {
+    if (!node.domain.empty() || node.outputs.size() != 1 || !f32(g, node.outputs[0]) ||
+        !f32(g, node.input(0)))
+      return false;
+    const std::string& t = node.op_type;
+    if (t == "Selu" || t == "Celu") return lower_scaled_elu(g, node);
+    if (t == "Sum" || t == "Mean" || t == "Max" || t == "Min") {
+      for (const ValueId v : node.inputs)
+        if (!f32(g, v)) return false;
+      return lower_variadic(g, node);
+    }
+    // Opset 18 (axes as an input, noop_with_empty_axes) is past the ONNX release this builds
+    // against (1.12: opset 17), so nothing here could test it: it stays.
+    if ((t == "ReduceL1" || t == "ReduceL2" || t == "ReduceSumSquare" || t == "ReduceLogSum") &&
+        g.opset < 18)
+      return lower_reduction(g, node);
+    return false;
+  });
+}
+
+}  // namespace collage
