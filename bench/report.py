@@ -153,11 +153,14 @@ def model_summary(model_dir):
         pass
     check = (load_json_lines(os.path.join(model_dir, "ort_check.json")) or [{}])[0]
     compare = check.get("compare")
+    # After a mismatch: how far the reference backend's outputs move under a 1e-6 input change.
+    sensitivity = (load_json_lines(os.path.join(model_dir, "sensitivity.json")) or [{}])[0]
     return {
         "model": meta.get("model", os.path.basename(model_dir)),
         "gflops": meta.get("gflops"),
         "status": meta.get("status", "ok"),
         "ort_status": meta.get("ort_status"),
+        "sensitivity": sensitivity.get("max_err_rel"),
         "plans": {n: {"median": median(plans[n]), "min": min(plans[n]), "n": len(plans[n]),
                       "timed": n not in untimed}
                   for n in order if plans[n]},
@@ -268,7 +271,10 @@ def summarize(work, out_dir):
                  "% peak = the model's GFLOPs at the tuned plan's alone median, over the GEMM "
                  "peak. "
                  "ORT check: ORT's outputs against `collage run --plan` on the same inputs "
-                 "(max |diff| ≤ 1e-3 × max |collage output|).")
+                 "(max |diff| ≤ 1e-3 × max |collage output|); after a mismatch, how far the "
+                 "reference backend's own outputs move when the inputs are scaled by "
+                 "(1 + 1e-6): a model that moves past the tolerance under that (chaotic "
+                 "random weights) cannot match another runtime's rounding.")
     lines.append("")
     head = (["model", "GFLOPs", "tuned alone", "tuned"] + backends +
             ["ORT", "vs ORT", "vs best single", "% peak", "ORT check"])
@@ -288,6 +294,8 @@ def summarize(work, out_dir):
         if r["compare"]:
             c = r["compare"]
             check = f"{c['status']} ({c.get('max_err_rel', 0):.1e})"
+            if c["status"] == "mismatch" and r.get("sensitivity") is not None:
+                check += f"; the model itself moves {r['sensitivity']:.1e} under a 1e-6 input change"
         else:
             check = r["ort_status"] or "n/a"
         cells = ([r["model"], f"{r['gflops']:.3f}" if r["gflops"] is not None else "?", acell,
