@@ -22,12 +22,6 @@ bool f32(const Graph& graph, ValueId v) {
   return v != kNoValue && graph.value(v).dtype == DType::kFloat32 && graph.value(v).shape_known;
 }
 
-ValueId float_constant(Graph& graph, const std::string& base, int& count, const std::string& what,
-                       float value) {
-  return graph.add_constant(fmt::format("{}/{}_{}", base, what, count++),
-                            Tensor::scalar<float>(value));
-}
-
 // Selu and Celu as Elu with a scale (and Celu's input scale).
 bool lower_scaled_elu(Graph& graph, const Node& node) {
   const ValueId x = node.input(0), y = node.outputs[0];
@@ -37,15 +31,15 @@ bool lower_scaled_elu(Graph& graph, const Node& node) {
     const float gamma = node.attr_float("gamma", 1.05070102214813232421875f);
     const NodeId elu = append_lowered_node(graph, node.name, count, "Elu", {x},
                                            {{"alpha", Attribute::from_float(alpha)}});
-    append_lowered_node(
-        graph, node.name, count, "Mul",
-        {graph.node(elu).outputs[0], float_constant(graph, node.name, count, "gamma", gamma)}, {},
-        y);
+    append_lowered_node(graph, node.name, count, "Mul",
+                        {graph.node(elu).outputs[0],
+                         append_float_constant(graph, node.name, count, "gamma", gamma)},
+                        {}, y);
     return true;
   }
   const float alpha = node.attr_float("alpha", 1.0f);
   if (alpha == 0) return false;  // the reference kernel reports it
-  const ValueId a = float_constant(graph, node.name, count, "alpha", alpha);
+  const ValueId a = append_float_constant(graph, node.name, count, "alpha", alpha);
   const NodeId scaled = append_lowered_node(graph, node.name, count, "Div", {x, a}, {});
   const NodeId elu =
       append_lowered_node(graph, node.name, count, "Elu", {graph.node(scaled).outputs[0]},
@@ -78,7 +72,8 @@ bool lower_variadic(Graph& graph, const Node& node) {
   if (t == "Mean")
     append_lowered_node(
         graph, node.name, count, "Div",
-        {acc, float_constant(graph, node.name, count, "count", static_cast<float>(n))}, {}, y);
+        {acc, append_float_constant(graph, node.name, count, "count", static_cast<float>(n))}, {},
+        y);
   return true;
 }
 

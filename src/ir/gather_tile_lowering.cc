@@ -17,26 +17,6 @@ namespace {
 // the nodes).
 constexpr size_t kMaxPieces = 8;
 
-// A Slice of `x` along `axis` over [start, end) writing `output` (or a new value), its bounds
-// as inputs from opset 10 on, as attributes before.
-ValueId slice(Graph& graph, const std::string& base, int& count, ValueId x, int64_t axis,
-              int64_t start, int64_t end, ValueId output = kNoValue) {
-  const std::vector<int64_t> starts = {start}, ends = {end}, axes = {axis};
-  const NodeId id =
-      graph.opset >= 10
-          ? append_lowered_node(graph, base, count, "Slice",
-                                {x, append_int64_constant(graph, base, count, "starts", starts),
-                                 append_int64_constant(graph, base, count, "ends", ends),
-                                 append_int64_constant(graph, base, count, "axes", axes)},
-                                {}, output)
-          : append_lowered_node(graph, base, count, "Slice", {x},
-                                {{"starts", Attribute::from_ints(starts)},
-                                 {"ends", Attribute::from_ints(ends)},
-                                 {"axes", Attribute::from_ints(axes)}},
-                                output);
-  return graph.node(id).outputs[0];
-}
-
 // A Gather of a 1-D constant index list along its axis: the runs of consecutive indices, each
 // a Slice (one Slice per distinct run), joined by a Concat; one run is the Slice alone.
 bool lower_gather(Graph& graph, const Node& node) {
@@ -65,16 +45,15 @@ bool lower_gather(Graph& graph, const Node& node) {
   if (runs.size() > kMaxPieces) return false;
   int count = 0;
   if (runs.size() == 1) {
-    slice(graph, node.name, count, data, axis, runs[0].first, runs[0].second, y);
+    append_axis_slice(graph, node.name, count, data, axis, runs[0].first, runs[0].second, y);
     return true;
   }
   std::map<std::pair<int64_t, int64_t>, ValueId> sliced;
   std::vector<ValueId> parts;
   for (const auto& run : runs) {
-    auto it = sliced.find(run);
-    if (it == sliced.end())
-      it = sliced.emplace(run, slice(graph, node.name, count, data, axis, run.first, run.second))
-               .first;
+    auto [it, added] = sliced.try_emplace(run, kNoValue);
+    if (added)
+      it->second = append_axis_slice(graph, node.name, count, data, axis, run.first, run.second);
     parts.push_back(it->second);
   }
   append_lowered_node(graph, node.name, count, "Concat", parts,

@@ -46,6 +46,14 @@ NodeId append_lowered_node(Graph& graph, const std::string& base, int& count, co
 // ... and an int64 vector constant named "{base}/{what}_{k}" (a shape, axes).
 ValueId append_int64_constant(Graph& graph, const std::string& base, int& count,
                               const std::string& what, const std::vector<int64_t>& values);
+// ... and a float32 scalar constant named the same way.
+ValueId append_float_constant(Graph& graph, const std::string& base, int& count,
+                              const std::string& what, float value);
+// ... and a Slice of `x` along `axis` over [start, end), writing `output` (or a new value),
+// its bounds as inputs from opset 10 on and as attributes before (the graph's opset says how
+// its nodes read); returns the Slice's output.
+ValueId append_axis_slice(Graph& graph, const std::string& base, int& count, ValueId x,
+                          int64_t axis, int64_t start, int64_t end, ValueId output = kNoValue);
 
 // Folds each inference BatchNormalization whose input is the sole use of a Conv's output
 // (constant float32 weights, bias and statistics) into that Conv's weights and bias:

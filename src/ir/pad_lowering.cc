@@ -75,26 +75,12 @@ void lower_one(Graph& graph, const Node& node, const std::vector<int64_t>& pads)
   for (const size_t d : padded_axes) {
     const int64_t length = shape[d];
     // One element of `value` along d, at `index`, sliced once however often the Concat reads
-    // it (edge mode reads the border element p times). Slice takes its bounds as inputs from
-    // opset 10 on, as attributes before (the graph's opset says how its nodes read).
+    // it (edge mode reads the border element p times).
     std::map<int64_t, ValueId> sliced;
     auto element = [&](int64_t index) {
       if (auto it = sliced.find(index); it != sliced.end()) return it->second;
-      const std::vector<int64_t> starts = {index}, ends = {index + 1},
-                                 axes = {static_cast<int64_t>(d)};
-      const NodeId id =
-          graph.opset >= 10
-              ? append_lowered_node(
-                    graph, node.name, count, "Slice",
-                    {value, append_int64_constant(graph, node.name, count, "starts", starts),
-                     append_int64_constant(graph, node.name, count, "ends", ends),
-                     append_int64_constant(graph, node.name, count, "axes", axes)},
-                    {})
-              : append_lowered_node(graph, node.name, count, "Slice", {value},
-                                    {{"starts", Attribute::from_ints(starts)},
-                                     {"ends", Attribute::from_ints(ends)},
-                                     {"axes", Attribute::from_ints(axes)}});
-      return sliced[index] = graph.node(id).outputs[0];
+      return sliced[index] = append_axis_slice(graph, node.name, count, value,
+                                               static_cast<int64_t>(d), index, index + 1);
     };
     std::vector<ValueId> parts;
     // Before: reflect x[p], ..., x[1]; edge x[0] p times.

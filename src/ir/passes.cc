@@ -380,6 +380,30 @@ ValueId append_int64_constant(Graph& graph, const std::string& base, int& count,
   return graph.add_constant(fmt::format("{}/{}_{}", base, what, count++), std::move(t));
 }
 
+ValueId append_float_constant(Graph& graph, const std::string& base, int& count,
+                              const std::string& what, float value) {
+  return graph.add_constant(fmt::format("{}/{}_{}", base, what, count++),
+                            Tensor::scalar<float>(value));
+}
+
+ValueId append_axis_slice(Graph& graph, const std::string& base, int& count, ValueId x,
+                          int64_t axis, int64_t start, int64_t end, ValueId output) {
+  const std::vector<int64_t> starts = {start}, ends = {end}, axes = {axis};
+  const NodeId id =
+      graph.opset >= 10
+          ? append_lowered_node(graph, base, count, "Slice",
+                                {x, append_int64_constant(graph, base, count, "starts", starts),
+                                 append_int64_constant(graph, base, count, "ends", ends),
+                                 append_int64_constant(graph, base, count, "axes", axes)},
+                                {}, output)
+          : append_lowered_node(graph, base, count, "Slice", {x},
+                                {{"starts", Attribute::from_ints(starts)},
+                                 {"ends", Attribute::from_ints(ends)},
+                                 {"axes", Attribute::from_ints(axes)}},
+                                output);
+  return graph.node(id).outputs[0];
+}
+
 void lower_nodes(Graph& graph, const std::function<bool(Graph&, const Node&)>& lower) {
   std::vector<bool> remove(graph.num_nodes(), false);
   bool any = false;
@@ -425,7 +449,8 @@ void remove_identities(Graph& graph) {
 
 void bypass_broadcast_expands(Graph& graph) {
   // The ops whose inputs broadcast against each other (multidirectionally): an Expand of one
-  // of them repeats what the op's broadcast would.
+  // of them repeats what the op's broadcast would. The registry's OpKind::kBroadcast less
+  // PRelu, whose slope broadcasts to its input and not the other way.
   static const std::set<std::string> kBroadcasting = {
       "Add", "Sub",  "Mul",   "Div",  "Pow",     "Max",         "Min",
       "Sum", "Mean", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",

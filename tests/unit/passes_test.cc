@@ -320,6 +320,28 @@ TEST(FoldBatchNorms, IntoTheConvolutionBeforeThem) {
   EXPECT_EQ(compare_outputs(got, want, Tolerance::backend_vs_reference()), "");
 }
 
+// Runs `lowered` (the graph loaded with the import lowerings) on the reference kernels, within
+// `on_reference`, and on onednn-graph and onednn (strict: every node on that backend), within
+// `on_backends`, each against the reference kernels on `kept` (loaded without them);
+// onednn-graph must take it as one region.
+void expect_lowered_runs_fast_and_right(const Graph& lowered, const Graph& kept, int seed,
+                                        Tolerance on_reference = Tolerance::backend_vs_reference(),
+                                        Tolerance on_backends = Tolerance::backend_vs_reference()) {
+  const std::vector<Tensor> inputs = random_inputs(kept, seed);
+  const std::vector<Tensor> want = Session(kept, SessionOptions{}).run(inputs);
+  EXPECT_TRUE(
+      testing::outputs_match(Session(lowered, SessionOptions{}).run(inputs), want, on_reference));
+  for (const char* backend : {"onednn-graph", "onednn"}) {
+    SessionOptions on;
+    on.backend = backend;
+    on.strict = true;
+    Session session(lowered, on);
+    EXPECT_TRUE(testing::outputs_match(session.run(inputs), want, on_backends)) << backend;
+    for (const PlanGroup& group : session.plan().groups) EXPECT_EQ(group.backend, backend);
+    if (std::string(backend) == "onednn-graph") EXPECT_EQ(session.num_steps(), 1u);
+  }
+}
+
 // A Pad in "reflect" or "edge" mode (random ranks, shapes and pads; pads as an input and,
 // before opset 11, as an attribute; opsets 9, 10 and 13) is lowered on import to Slices and
 // Concats that compute what the reference Pad kernel does, element for element; between two
@@ -360,19 +382,7 @@ TEST(LowerEdgePads, ComputesWhatTheReferencePadDoesAndLeavesNoHole) {
     const auto [lowered, kept] = load_both_ways(b.graph());
     EXPECT_EQ(op_list(kept), "Relu Pad Relu ");
     EXPECT_EQ(op_list(lowered).find("Pad"), std::string::npos) << op_list(lowered);
-    const std::vector<Tensor> inputs = random_inputs(kept, trial);
-    const std::vector<Tensor> want = Session(kept, SessionOptions{}).run(inputs);
-    EXPECT_TRUE(testing::outputs_match(Session(lowered, SessionOptions{}).run(inputs), want,
-                                       Tolerance{0, 0}));
-    for (const char* backend : {"onednn-graph", "onednn"}) {
-      SessionOptions on;
-      on.backend = backend;
-      on.strict = true;
-      Session session(lowered, on);
-      EXPECT_TRUE(testing::outputs_match(session.run(inputs), want, Tolerance{0, 0})) << backend;
-      for (const PlanGroup& group : session.plan().groups) EXPECT_EQ(group.backend, backend);
-      if (std::string(backend) == "onednn-graph") EXPECT_EQ(session.num_steps(), 1u);
-    }
+    expect_lowered_runs_fast_and_right(lowered, kept, trial, Tolerance{0, 0}, Tolerance{0, 0});
   }
   // What stays a Pad.
   for (const auto& [mode, pads] :
@@ -386,27 +396,6 @@ TEST(LowerEdgePads, ComputesWhatTheReferencePadDoesAndLeavesNoHole) {
         b.add1("Pad", {b.input("x", DType::kFloat32, {2, 3, 4}), p}, {{"mode", attr_s(mode)}}));
     const auto [lowered, kept] = load_both_ways(b.graph());
     EXPECT_EQ(op_list(lowered), "Pad ") << mode << " " << fmt::format("{}", fmt::join(pads, ","));
-  }
-}
-
-// Runs `lowered` (the graph loaded with the import lowerings) on the reference kernels and on
-// onednn-graph and onednn (strict: every node on that backend), each against the reference
-// kernels on `kept` (loaded without them); onednn-graph must take it as one region.
-void expect_lowered_runs_fast_and_right(const Graph& lowered, const Graph& kept, int seed) {
-  const std::vector<Tensor> inputs = random_inputs(kept, seed);
-  const std::vector<Tensor> want = Session(kept, SessionOptions{}).run(inputs);
-  EXPECT_EQ(compare_outputs(Session(lowered, SessionOptions{}).run(inputs), want,
-                            Tolerance::backend_vs_reference()),
-            "");
-  for (const char* backend : {"onednn-graph", "onednn"}) {
-    SessionOptions on;
-    on.backend = backend;
-    on.strict = true;
-    Session session(lowered, on);
-    EXPECT_EQ(compare_outputs(session.run(inputs), want, Tolerance::backend_vs_reference()), "")
-        << backend;
-    for (const PlanGroup& group : session.plan().groups) EXPECT_EQ(group.backend, backend);
-    if (std::string(backend) == "onednn-graph") EXPECT_EQ(session.num_steps(), 1u);
   }
 }
 
@@ -541,11 +530,7 @@ TEST(LowerGathersAndTiles, ComputeWhatTheReferenceKernelsDoAndLeaveNoHole) {
     const auto [lowered, kept] = load_both_ways(b.graph());
     EXPECT_EQ(op_list(lowered).find(tile ? "Tile" : "Gather"), std::string::npos)
         << op_list(lowered);
-    const std::vector<Tensor> inputs = random_inputs(kept, trial);
-    const std::vector<Tensor> want = Session(kept, SessionOptions{}).run(inputs);
-    EXPECT_TRUE(testing::outputs_match(Session(lowered, SessionOptions{}).run(inputs), want,
-                                       Tolerance{0, 0}));
-    expect_lowered_runs_fast_and_right(lowered, kept, trial);
+    expect_lowered_runs_fast_and_right(lowered, kept, trial, Tolerance{0, 0});
   }
   // What stays.
   testing::GraphBuilder b(13);
