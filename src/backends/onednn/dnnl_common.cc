@@ -1,5 +1,7 @@
 #include "backends/onednn/dnnl_common.h"
 
+#include "backends/onednn/channel_transpose.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -48,8 +50,9 @@ std::string backend_version() {
   // 27: a BatchNorm oneDNN would run in its non-jit kernel is a binary Mul + Add (norm_kernel.cc).
   // 28: tensors' storage is 64-byte aligned (util/tensor.cc): a large output written with
   // non-temporal stores into a caller's tensor had crashed; a failure cached for it is tried
-  // again.
-  constexpr int kKernelRevision = 28;
+  // again. 29: a layout copy of a 1-4 channel image between channel-first and channels-last is
+  // collage's channel transpose (channel_transpose.h).
+  constexpr int kKernelRevision = 29;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
@@ -201,7 +204,7 @@ std::vector<std::string> Program::implementations() const {
 std::vector<dnnl::primitive::kind> Program::step_kinds() const {
   std::vector<dnnl::primitive::kind> out;
   for (const Step& step : steps_)
-    out.push_back(step.custom ? dnnl::primitive::kind::undef : step.primitive.get_kind());
+    out.push_back(step.custom ? step.custom_kind : step.primitive.get_kind());
   return out;
 }
 
@@ -328,6 +331,17 @@ dnnl::memory Program::in_layout(const dnnl::memory& from, const dnnl::memory::de
 }
 
 void Program::copy(const dnnl::memory& from, const dnnl::memory& to) {
+  if (auto transpose = channel_transpose(from.get_desc(), to.get_desc())) {
+    add_custom(
+        "collage:channel_transpose",
+        [transpose = std::move(*transpose)](const dnnl_exec_arg_t* args, int count) {
+          transpose(custom_step_data(args, count, DNNL_ARG_FROM),
+                    custom_step_data(args, count, DNNL_ARG_TO));
+          return dnnl_success;
+        },
+        {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}}, dnnl::primitive::kind::reorder);
+    return;
+  }
   dnnl::primitive_attr attr = base_attr();
   auto pd = create_pd(
       fmt::format("reorder from {} to {}", md_text(from.get_desc()), md_text(to.get_desc())), [&] {
@@ -346,10 +360,12 @@ void Program::add(const dnnl::primitive& primitive, const dnnl::primitive_desc_b
 }
 
 void Program::add_custom(std::string name, CustomStep custom,
-                         std::vector<std::pair<int, dnnl::memory>> args) {
+                         std::vector<std::pair<int, dnnl::memory>> args,
+                         dnnl::primitive::kind kind) {
   Step step;
   step.custom = std::move(custom);
   step.custom_name = std::move(name);
+  step.custom_kind = kind;
   push_step(std::move(step), args);
 }
 

@@ -104,7 +104,9 @@ class Program {
                         const dnnl::memory::desc& to);
   // `from` itself when it already has layout `md`, else a buffer filled by a reorder step.
   dnnl::memory in_layout(const dnnl::memory& from, const dnnl::memory::desc& md);
-  // Adds a reorder step (layout conversion or plain copy).
+  // Adds a reorder step (layout conversion or plain copy): oneDNN's reorder, or collage's
+  // own channel transpose where it takes the pair (channel_transpose.h: a few-channel image
+  // between channel-first and channels-last), which step_kinds() reports as a reorder too.
   void copy(const dnnl::memory& from, const dnnl::memory& to);
   // Adds an execution of `primitive`; `pd` supplies its scratchpad size.
   void add(const dnnl::primitive& primitive, const dnnl::primitive_desc_base& pd,
@@ -115,10 +117,11 @@ class Program {
   // buffer reuse rely on), and reads their data handles when it runs: they change from run to
   // run. It parallelises with OpenMP unless called inside a team (a lane), like oneDNN, and
   // returns a status instead of throwing (it may run inside an OpenMP region, which no
-  // exception may leave). `name` is what implementations() reports for it.
+  // exception may leave). `name` is what implementations() reports for it, `kind` what
+  // step_kinds() does (the primitive kind the step stands in for, if any).
   using CustomStep = std::function<dnnl_status_t(const dnnl_exec_arg_t* args, int count)>;
-  void add_custom(std::string name, CustomStep step,
-                  std::vector<std::pair<int, dnnl::memory>> args);
+  void add_custom(std::string name, CustomStep step, std::vector<std::pair<int, dnnl::memory>> args,
+                  dnnl::primitive::kind kind = dnnl::primitive::kind::undef);
 
   // A point to roll back to: an emitter that throws after adding steps (a fused group
   // oneDNN refuses late) must not leave half a group in a program that goes on.
@@ -157,6 +160,7 @@ class Program {
     dnnl::primitive primitive;  // empty for a custom step
     CustomStep custom;
     std::string custom_name;
+    dnnl::primitive::kind custom_kind = dnnl::primitive::kind::undef;
     std::vector<dnnl::memory> memories;  // keeps the handles in `args` alive
     std::vector<dnnl_exec_arg_t> args;
     dnnl::memory::desc scratchpad_md;

@@ -1,0 +1,108 @@
+#include "backends/onednn/channel_transpose.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace collage::onednn {
+namespace {
+
+enum class Order { kChannelFirst, kChannelsLast };
+
+// Dims (N, C, spatial...) of a dense float32 desc without offset, and whether its strides
+// are channel-first or channels-last; nullopt for anything else.
+std::optional<Order> dense_order(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.data_type != dnnl_f32 || d.format_kind != dnnl_blocked || d.offset0 != 0 ||
+      d.extra.flags != 0 || d.ndims < 3 || d.ndims > 5 || d.format_desc.blocking.inner_nblks != 0)
+    return std::nullopt;
+  const int rank = d.ndims;
+  for (int i = 0; i < rank; ++i)
+    if (d.padded_dims[i] != d.dims[i] || d.padded_offsets[i] != 0) return std::nullopt;
+  const dnnl_dims_t& dims = d.dims;
+  const dnnl_dims_t& strides = d.format_desc.blocking.strides;
+  // Channel-first: row-major over (N, C, spatial...).
+  bool first = true;
+  int64_t step = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    first = first && strides[i] == step;
+    step *= dims[i];
+  }
+  if (first) return Order::kChannelFirst;
+  // Channels-last: row-major over (N, spatial..., C).
+  bool last = strides[1] == 1;
+  step = dims[1];
+  for (int i = rank - 1; i >= 2; --i) {
+    last = last && strides[i] == step;
+    step *= dims[i];
+  }
+  last = last && strides[0] == step;
+  if (last) return Order::kChannelsLast;
+  return std::nullopt;
+}
+
+// Pixels per work item: 4-16 KiB of each plane, enough to amortise the loop and few enough
+// that two threads share a 224x224 image evenly.
+constexpr int64_t kPixelsPerItem = 1024;
+
+template <int C, bool kToLast>
+void transpose_pixels(const float* from, float* to, int64_t images, int64_t pixels) {
+  const int64_t blocks = (pixels + kPixelsPerItem - 1) / kPixelsPerItem;
+  const int64_t items = images * blocks;
+  auto item = [&](int64_t i) {
+    const int64_t image = i / blocks, begin = (i % blocks) * kPixelsPerItem;
+    const int64_t end = std::min(pixels, begin + kPixelsPerItem);
+    const float* src = from + image * C * pixels;
+    float* dst = to + image * C * pixels;
+    for (int64_t p = begin; p < end; ++p) {
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) {
+        if constexpr (kToLast)
+          dst[p * C + c] = src[c * pixels + p];
+        else
+          dst[c * pixels + p] = src[p * C + c];
+      }
+    }
+  };
+  if (omp_in_parallel() || items == 1) {  // a lane of a concurrent stage: this thread alone
+    for (int64_t i = 0; i < items; ++i) item(i);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < items; ++i) item(i);
+}
+
+template <bool kToLast>
+ChannelTranspose transpose_for(int channels, int64_t images, int64_t pixels) {
+  switch (channels) {
+    case 1:
+      return [=](const float* f, float* t) { transpose_pixels<1, kToLast>(f, t, images, pixels); };
+    case 2:
+      return [=](const float* f, float* t) { transpose_pixels<2, kToLast>(f, t, images, pixels); };
+    case 3:
+      return [=](const float* f, float* t) { transpose_pixels<3, kToLast>(f, t, images, pixels); };
+    default:
+      return [=](const float* f, float* t) { transpose_pixels<4, kToLast>(f, t, images, pixels); };
+  }
+}
+
+}  // namespace
+
+std::optional<ChannelTranspose> channel_transpose(const dnnl::memory::desc& from,
+                                                  const dnnl::memory::desc& to) {
+  if (from.dims() != to.dims()) return std::nullopt;
+  const auto from_order = dense_order(from), to_order = dense_order(to);
+  if (!from_order || !to_order || *from_order == *to_order) return std::nullopt;
+  const dnnl::memory::dims dims = from.dims();
+  const int64_t channels = dims[1];
+  if (channels < 1 || channels > kMaxTransposedChannels || dims[0] < 1) return std::nullopt;
+  int64_t pixels = 1;
+  for (size_t i = 2; i < dims.size(); ++i) pixels *= dims[i];
+  if (pixels < 1) return std::nullopt;
+  const int c = static_cast<int>(channels);
+  return *to_order == Order::kChannelsLast ? transpose_for<true>(c, dims[0], pixels)
+                                           : transpose_for<false>(c, dims[0], pixels);
+}
+
+}  // namespace collage::onednn
