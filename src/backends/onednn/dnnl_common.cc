@@ -1,12 +1,12 @@
 #include "backends/onednn/dnnl_common.h"
 
-#include "backends/onednn/channel_transpose.h"
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <set>
+
+#include "backends/onednn/channel_transpose.h"
 
 namespace collage::onednn {
 
