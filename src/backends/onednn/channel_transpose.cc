@@ -10,8 +10,8 @@ namespace {
 
 enum class Order { kChannelFirst, kChannelsLast };
 
-// Dims (N, C, spatial...) of a dense float32 desc without offset, and whether its strides
-// are channel-first or channels-last; nullopt for anything else.
+// Whether a dense float32 desc without offset, over dims (N, C, spatial...), is channel-first
+// or channels-last; nullopt for anything else.
 std::optional<Order> dense_order(const dnnl::memory::desc& md) {
   const dnnl_memory_desc_t& d = md.data;
   if (d.data_type != dnnl_f32 || d.format_kind != dnnl_blocked || d.offset0 != 0 ||

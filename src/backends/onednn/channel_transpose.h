@@ -1,12 +1,12 @@
 // A layout copy between channel-first (NCHW, NCDHW, NCW) and channels-last (NHWC, ...)
 // float32 tensors of 1 to 4 channels: an image model's input (RGB, RGBA, gray) going into a
 // region whose convolutions read channels-last, or a few-class output going back. oneDNN
-// 2.6's reorder (`jit:uni`) moves such a tensor element by element: measured here (2
-// threads, this EPYC Zen 5, warm cache) 1x3x224x224 in 24-27 us, 3x299x299 39-47, 3x520x520
-// 124, against 6.4, 12-14 and 43 us for a loop specialised for the channel count (one
-// contiguous C-float write per pixel, GCC vectorising it), 3.5-4x; from 6 channels on
-// oneDNN's is faster (6x224x224: 52 us against 74), so wider tensors keep it. Inside
-// MobileNetV2's region the input reorder took 65 us of a 3.0 ms run.
+// 2.6's reorder (`jit:uni`) is slow at it: measured here (2 threads, this EPYC Zen 5, warm
+// cache) 1x3x224x224 in 24-27 us, 3x299x299 39-47, 3x520x520 124, against 6.4, 12-14 and 43
+// us for a loop specialised for the channel count (one contiguous C-float write per pixel,
+// GCC vectorising it), 3.5-4x; from 6 channels on oneDNN's is faster (6x224x224: 52 us
+// against 74), so wider tensors keep it. Inside MobileNetV2's region the input reorder took
+// 32-65 us of a 3.0 ms run; whole small CNNs run ~1 % faster with this (docs/DESIGN.md).
 #pragma once
 
 #include <functional>
