@@ -1,5 +1,5 @@
 // Collage's channel transpose (channel_transpose.h), the layout copy a oneDNN program makes of
-// a 1-4 channel image between channel-first and channels-last: it writes exactly what oneDNN's
+// a 2-4 channel image between channel-first and channels-last: it writes exactly what oneDNN's
 // reorder writes, on random shapes, batches and ranks, both ways, on a team and in a lane;
 // it takes no other pair of layouts; and a region reading an RGB image runs it instead of a
 // reorder and computes what the reference backend does.
@@ -48,7 +48,7 @@ TEST(ChannelTranspose, WritesWhatOnednnsReorderWritesBothWays) {
   for (int trial = 0; trial < 40; ++trial) {
     const size_t rank = 3 + rng() % 3;
     dnnl::memory::dims dims = {1 + static_cast<int64_t>(rng() % 3),
-                               1 + static_cast<int64_t>(rng() % kMaxTransposedChannels)};
+                               2 + static_cast<int64_t>(rng() % (kMaxTransposedChannels - 1))};
     // Up to ~3000 pixels: one work item and several, ends not on an item's boundary.
     for (size_t i = 2; i < rank; ++i) dims.push_back(1 + rng() % (rank == 5 ? 14 : 55));
     const bool to_last = trial % 2 == 0;
@@ -91,8 +91,12 @@ TEST(ChannelTranspose, TakesOnlyDenseFewChannelImagesBetweenTheTwoOrders) {
   const dnnl::memory::desc nchw(dims, dt::f32, tag::nchw), nhwc(dims, dt::f32, tag::nhwc);
   EXPECT_TRUE(channel_transpose(nchw, nhwc).has_value());
   EXPECT_TRUE(channel_transpose(nhwc, nchw).has_value());
-  // The same order both sides: a plain copy, oneDNN's.
+  // The same order both sides: a plain copy, oneDNN's; and so is one channel either way.
   EXPECT_FALSE(channel_transpose(nchw, nchw).has_value());
+  const dnnl::memory::dims gray = {1, 1, 8, 8};
+  EXPECT_FALSE(channel_transpose(dnnl::memory::desc(gray, dt::f32, tag::nchw),
+                                 dnnl::memory::desc(gray, dt::f32, tag::nhwc))
+                   .has_value());
   // Five channels and more: oneDNN's reorder is the faster there.
   const dnnl::memory::dims wide = {1, kMaxTransposedChannels + 1, 8, 8};
   EXPECT_FALSE(channel_transpose(dnnl::memory::desc(wide, dt::f32, tag::nchw),

@@ -5,40 +5,24 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backends/onednn/dnnl_common.h"
+#include "backends/onednn/kernels.h"
+
 namespace collage::onednn {
 namespace {
 
 enum class Order { kChannelFirst, kChannelsLast };
 
-// Whether a dense float32 desc without offset, over dims (N, C, spatial...), is channel-first
-// or channels-last; nullopt for anything else.
+// Whether `md` is the plain (channel-first) or the channels-last float32 layout of its dims,
+// rank 3 to 5; nullopt for anything else (another permutation, blocks, an offset view). A
+// dim of 1 has no stride of its own in oneDNN's comparison, so one channel is both: such a
+// copy is no transpose.
 std::optional<Order> dense_order(const dnnl::memory::desc& md) {
-  const dnnl_memory_desc_t& d = md.data;
-  if (d.data_type != dnnl_f32 || d.format_kind != dnnl_blocked || d.offset0 != 0 ||
-      d.extra.flags != 0 || d.ndims < 3 || d.ndims > 5 || d.format_desc.blocking.inner_nblks != 0)
-    return std::nullopt;
-  const int rank = d.ndims;
-  for (int i = 0; i < rank; ++i)
-    if (d.padded_dims[i] != d.dims[i] || d.padded_offsets[i] != 0) return std::nullopt;
-  const dnnl_dims_t& dims = d.dims;
-  const dnnl_dims_t& strides = d.format_desc.blocking.strides;
-  // Channel-first: row-major over (N, C, spatial...).
-  bool first = true;
-  int64_t step = 1;
-  for (int i = rank - 1; i >= 0; --i) {
-    first = first && strides[i] == step;
-    step *= dims[i];
-  }
-  if (first) return Order::kChannelFirst;
-  // Channels-last: row-major over (N, spatial..., C).
-  bool last = strides[1] == 1;
-  step = dims[1];
-  for (int i = rank - 1; i >= 2; --i) {
-    last = last && strides[i] == step;
-    step *= dims[i];
-  }
-  last = last && strides[0] == step;
-  if (last) return Order::kChannelsLast;
+  const dnnl::memory::dims dims = md.dims();
+  const std::optional<dnnl::memory::desc> last = channels_last_md(Shape(dims.begin(), dims.end()));
+  if (!last) return std::nullopt;
+  if (is_plain(md)) return Order::kChannelFirst;
+  if (md == *last) return Order::kChannelsLast;
   return std::nullopt;
 }
 
@@ -76,8 +60,6 @@ void transpose_pixels(const float* from, float* to, int64_t images, int64_t pixe
 template <bool kToLast>
 ChannelTranspose transpose_for(int channels, int64_t images, int64_t pixels) {
   switch (channels) {
-    case 1:
-      return [=](const float* f, float* t) { transpose_pixels<1, kToLast>(f, t, images, pixels); };
     case 2:
       return [=](const float* f, float* t) { transpose_pixels<2, kToLast>(f, t, images, pixels); };
     case 3:
@@ -96,7 +78,7 @@ std::optional<ChannelTranspose> channel_transpose(const dnnl::memory::desc& from
   if (!from_order || !to_order || *from_order == *to_order) return std::nullopt;
   const dnnl::memory::dims dims = from.dims();
   const int64_t channels = dims[1];
-  if (channels < 1 || channels > kMaxTransposedChannels || dims[0] < 1) return std::nullopt;
+  if (channels < 2 || channels > kMaxTransposedChannels || dims[0] < 1) return std::nullopt;
   int64_t pixels = 1;
   for (size_t i = 2; i < dims.size(); ++i) pixels *= dims[i];
   if (pixels < 1) return std::nullopt;

@@ -1,6 +1,7 @@
 // A layout copy between channel-first (NCHW, NCDHW, NCW) and channels-last (NHWC, ...)
-// float32 tensors of 1 to 4 channels: an image model's input (RGB, RGBA, gray) going into a
-// region whose convolutions read channels-last, or a few-class output going back. oneDNN
+// float32 tensors of 2 to 4 channels (one channel is the same memory either way): an image
+// model's input (RGB, RGBA) going into a region whose convolutions read channels-last, or a
+// few-class output going back. oneDNN
 // 2.6's reorder (`jit:uni`) is slow at it: measured here (2 threads, this EPYC Zen 5, warm
 // cache) 1x3x224x224 in 24-27 us, 3x299x299 39-47, 3x520x520 124, against 6.4, 12-14 and 43
 // us for a loop specialised for the channel count (one contiguous C-float write per pixel,
@@ -21,7 +22,7 @@ inline constexpr int kMaxTransposedChannels = 4;
 
 // A copy of a tensor described by `from` into one described by `to`, where both are dense
 // float32 over the same dims (N, C, spatial...), one channel-first and the other
-// channels-last, with at most kMaxTransposedChannels channels and no offset; nullopt for any
+// channels-last, with 2 to kMaxTransposedChannels channels and no offset; nullopt for any
 // other pair. The function takes the two data pointers; it splits the pixels over the
 // calling thread's OpenMP team, or runs on this thread alone inside a parallel region.
 using ChannelTranspose = std::function<void(const float* from, float* to)>;

@@ -50,7 +50,7 @@ std::string backend_version() {
   // 27: a BatchNorm oneDNN would run in its non-jit kernel is a binary Mul + Add (norm_kernel.cc).
   // 28: tensors' storage is 64-byte aligned (util/tensor.cc): a large output written with
   // non-temporal stores into a caller's tensor had crashed; a failure cached for it is tried
-  // again. 29: a layout copy of a 1-4 channel image between channel-first and channels-last is
+  // again. 29: a layout copy of a 2-4 channel image between channel-first and channels-last is
   // collage's channel transpose (channel_transpose.h).
   constexpr int kKernelRevision = 29;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
