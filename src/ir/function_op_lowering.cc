@@ -11,6 +11,11 @@
 //   - ReduceL1 = ReduceSum(Abs(x)), ReduceSumSquare = ReduceSum(x * x), ReduceL2 =
 //     Sqrt(ReduceSumSquare), ReduceLogSum = Log(ReduceSum(x)), as ONNX's opset-18 function
 //     bodies (oneDNN 2.6's Lp-norm reductions have only a reference kernel; its sum is jit).
+//   - LpPool = (k * AveragePool(|x|^p, count_include_pad))^(1/p) for a window of k taps (the
+//     padding's taps are zeros in both), GlobalLpPool = (ReduceSum(|x|^p) over the spatial
+//     axes)^(1/p); |x|^p is Abs for p = 1 and x * x for p = 2, the root Sqrt for p = 2.
+//     Neither op is ONNX's function, but the reference's pooling loop was the only kernel for
+//     them, and pooling, reductions and eltwise ops are oneDNN's jit primitives.
 // Only float32 values: the fast backends' type. ReduceLogSumExp stays (its plain composition
 // overflows where the reference kernel subtracts the maximum first).
 #include "ir/model_passes.h"
@@ -113,6 +118,68 @@ bool lower_reduction(Graph& graph, const Node& node) {
   return true;
 }
 
+// LpPool and GlobalLpPool of an integral order p as their sum of |x|^p (LpPool's as k times
+// the average over the k-tap window, padding counted) and its p-th root. Opsets 7-17 only
+// (the caller): LpPool's ceil_mode and dilations, from opset 18 on, would need more (a
+// ceil_mode window's taps past the padding are not zeros an average counts).
+bool lower_lp_pool(Graph& graph, const Node& node) {
+  const int64_t p = node.attr_int("p", 2);
+  if (p < 1 || p > 64) return false;  // the reference kernel reports it
+  const bool global = node.op_type == "GlobalLpPool";
+  const ValueId x = node.input(0), y = node.outputs[0];
+  const size_t rank = graph.value(x).shape.size();
+  if (rank < 3) return false;  // the reference kernel reports it
+  int count = 0;
+  auto out = [&](NodeId id) { return graph.node(id).outputs[0]; };
+  ValueId powered;
+  if (p == 1) {
+    powered = out(append_lowered_node(graph, node.name, count, "Abs", {x}, {}));
+  } else if (p == 2) {
+    powered = out(append_lowered_node(graph, node.name, count, "Mul", {x, x}, {}));
+  } else {
+    const ValueId a = out(append_lowered_node(graph, node.name, count, "Abs", {x}, {}));
+    powered = out(append_lowered_node(
+        graph, node.name, count, "Pow",
+        {a, append_float_constant(graph, node.name, count, "p", static_cast<float>(p))}, {}));
+  }
+  ValueId sum;
+  if (global) {
+    std::vector<int64_t> axes;
+    for (size_t d = 2; d < rank; ++d) axes.push_back(static_cast<int64_t>(d));
+    std::vector<ValueId> inputs = {powered};
+    std::map<std::string, Attribute> attrs = {{"keepdims", Attribute::from_int(1)}};
+    if (graph.opset >= 13)
+      inputs.push_back(append_int64_constant(graph, node.name, count, "axes", axes));
+    else
+      attrs["axes"] = Attribute::from_ints(axes);
+    sum = out(append_lowered_node(graph, node.name, count, "ReduceSum", inputs, attrs,
+                                  p == 1 ? y : kNoValue));
+  } else {
+    std::map<std::string, Attribute> attrs = {{"count_include_pad", Attribute::from_int(1)}};
+    for (const char* key : {"kernel_shape", "strides", "pads", "auto_pad"})
+      if (node.has_attr(key)) attrs[key] = node.attrs.at(key);
+    const std::vector<int64_t> kernel = node.attr_ints("kernel_shape");
+    if (kernel.empty()) return false;  // the reference kernel reports it
+    float taps = 1;
+    for (int64_t k : kernel) taps *= static_cast<float>(k);
+    const ValueId average =
+        out(append_lowered_node(graph, node.name, count, "AveragePool", {powered}, attrs));
+    sum = out(
+        append_lowered_node(graph, node.name, count, "Mul",
+                            {average, append_float_constant(graph, node.name, count, "taps", taps)},
+                            {}, p == 1 ? y : kNoValue));
+  }
+  if (p == 2) {
+    append_lowered_node(graph, node.name, count, "Sqrt", {sum}, {}, y);
+  } else if (p > 2) {
+    append_lowered_node(
+        graph, node.name, count, "Pow",
+        {sum, append_float_constant(graph, node.name, count, "root", 1.0f / static_cast<float>(p))},
+        {}, y);
+  }
+  return true;
+}
+
 }  // namespace
 
 void lower_function_ops(Graph& graph) {
@@ -132,6 +199,9 @@ void lower_function_ops(Graph& graph) {
     if ((t == "ReduceL1" || t == "ReduceL2" || t == "ReduceSumSquare" || t == "ReduceLogSum") &&
         g.opset < 18)
       return lower_reduction(g, node);
+    // AveragePool's count_include_pad is from opset 7 on.
+    if ((t == "LpPool" || t == "GlobalLpPool") && g.opset >= 7 && g.opset < 18)
+      return lower_lp_pool(g, node);
     return false;
   });
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -452,6 +453,95 @@ TEST(HalideBackend, ComparisonsAndLogicFusedWithTheirWhere) {
     EXPECT_TRUE(testing::has_match(halide(), b.graph(), {near, pad, kept_ids, keep, y})) << what;
     testing::expect_like_reference(halide(), b.graph(), inputs, what);
   }
+}
+
+// ArgMax / ArgMin on values with ties (a coarse grid), infinities and, in every other
+// trial, NaNs: the reference's rule (first extreme, last with select_last_index, a NaN the
+// extreme) on random shapes, axes and keepdims, fused with the Add that feeds them.
+TEST(HalideBackend, ArgMaxArgMinLikeReferenceWithTiesAndNaNs) {
+  std::mt19937 rng(41);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int trial = 0; trial < 16; ++trial) {
+    const std::string op = trial % 2 ? "ArgMin" : "ArgMax";
+    const int rank = static_cast<int>(pick(rng, 1, 4));
+    const Shape s = random_shape(rng, rank);
+    const int64_t axis = pick(rng, 0, rank - 1) - (trial % 3 == 0 ? rank : 0);
+    const bool keep = trial % 4 < 2, last = (trial / 2) % 2 == 1;
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, s);
+    ValueId shifted = b.add1("Add", {x, b.constant("k", Tensor::scalar(0.5f))});
+    ValueId y = b.add1(
+        op, {shifted},
+        {{"axis", attr_i(axis)}, {"keepdims", attr_i(keep)}, {"select_last_index", attr_i(last)}});
+    b.output(y);
+    int64_t numel = 1;
+    for (int64_t d : s) numel *= d;
+    std::vector<float> xs(numel);
+    for (float& v : xs) {
+      const int64_t r = pick(rng, 0, 99);
+      v = r < 2 ? inf : r < 4 ? -inf : (trial % 4 == 3 && r < 8) ? NAN : 0.5f * pick(rng, -3, 3);
+    }
+    const std::string what = op + " " + shape_to_string(s) + " axis " + std::to_string(axis) +
+                             (keep ? " keepdims" : "") + (last ? " last" : "");
+    EXPECT_TRUE(testing::has_match(halide(), b.graph(), {shifted, y})) << what;
+    testing::expect_like_reference(halide(), b.graph(), {Tensor::from_vector<float>(s, xs)}, what);
+  }
+}
+
+// CumSum forwards and reversed, inclusive and exclusive, along every axis of random shapes
+// (the axis a constant input, negative in some trials), fused with the Mul after it. Its
+// sums are taken in the reference's order, so they are exact, not merely close.
+TEST(HalideBackend, CumSumLikeReferenceInEveryDirection) {
+  std::mt19937 rng(43);
+  for (int trial = 0; trial < 16; ++trial) {
+    const int rank = static_cast<int>(pick(rng, 1, 4));
+    Shape s = random_shape(rng, rank);
+    if (trial == 0) s = {3, 70000};  // big enough to be split over threads
+    const int64_t axis = pick(rng, 0, rank - 1) - (trial % 3 == 0 ? rank : 0);
+    const bool exclusive = trial % 2 == 1, reverse = (trial / 2) % 2 == 1;
+    GraphBuilder b(13);
+    ValueId x = b.input("x", DType::kFloat32, s);
+    ValueId c = b.add1("CumSum", {x, b.constant("axis", Tensor::scalar<int64_t>(axis))},
+                       {{"exclusive", attr_i(exclusive)}, {"reverse", attr_i(reverse)}});
+    ValueId y = b.add1("Mul", {c, b.constant("k", Tensor::scalar(2.0f))});
+    b.output(y);
+    const std::string what = "CumSum " + shape_to_string(s) + " axis " + std::to_string(axis) +
+                             (exclusive ? " exclusive" : "") + (reverse ? " reverse" : "");
+    EXPECT_TRUE(testing::has_match(halide(), b.graph(), {c, y})) << what;
+    auto [got, want] = testing::run_backend_and_reference(halide(), b.graph(), 5);
+    EXPECT_TRUE(outputs_match(got, want, Tolerance{0, 0})) << what;
+  }
+}
+
+// IsNaN and IsInf (each sign it may detect) on values with NaNs and infinities, and the
+// nan_to_num they are exported in: Where(IsNaN(x), 0, x), one kernel.
+TEST(HalideBackend, IsNaNAndIsInfLikeReference) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::mt19937 rng(47);
+  const Shape s = {3, 37};
+  std::vector<float> xs(3 * 37);
+  for (float& v : xs) {
+    const int64_t r = pick(rng, 0, 9);
+    v = r == 0 ? NAN : r == 1 ? inf : r == 2 ? -inf : static_cast<float>(pick(rng, -5, 5));
+  }
+  for (int negative = 0; negative < 2; ++negative)
+    for (int positive = 0; positive < 2; ++positive) {
+      GraphBuilder b;
+      ValueId x = b.input("x", DType::kFloat32, s);
+      ValueId nan = b.add1("IsNaN", {x});
+      ValueId clean = b.add1("Where", {nan, b.constant("zero", Tensor::scalar(0.0f)), x});
+      ValueId big =
+          b.add1("IsInf", {clean},
+                 {{"detect_negative", attr_i(negative)}, {"detect_positive", attr_i(positive)}});
+      b.output(b.add1("Where", {big, b.constant("cap", Tensor::scalar(1e4f)), clean}));
+      b.output(big);
+      b.output(nan);
+      const std::string what =
+          "IsInf negative " + std::to_string(negative) + " positive " + std::to_string(positive);
+      EXPECT_TRUE(testing::has_match(halide(), b.graph(), {nan, clean, big})) << what;
+      testing::expect_like_reference(halide(), b.graph(), {Tensor::from_vector<float>(s, xs)},
+                                     what);
+    }
 }
 
 TEST(HalideBackend, RefusesWhatItCannotGenerate) {

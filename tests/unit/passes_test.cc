@@ -484,6 +484,49 @@ TEST(LowerFunctionOps, ComputeWhatTheReferenceKernelsDoAndLeaveNoHole) {
   }
 }
 
+// LpPool (orders 1-3, 1-D and 2-D windows, strides, explicit pads and auto_pad; opsets 11 and
+// 13) and GlobalLpPool (1-3 spatial axes; the ReduceSum's axes an attribute at opset 11, an
+// input at 13) are lowered on import to a pooled or reduced sum of powers and its root, which
+// compute what the reference's pooling loop does; between two Tanhs onednn-graph then takes
+// the whole graph as one region.
+TEST(LowerFunctionOps, LpPoolsComputeWhatTheReferenceKernelsDoAndLeaveNoHole) {
+  using testing::attr_i;
+  using testing::attr_ints;
+  using testing::attr_s;
+  std::mt19937 rng(29);
+  for (int trial = 0; trial < 12; ++trial) {
+    const bool global = trial % 4 == 3;
+    const int64_t p = 1 + trial % 3, opset = trial % 2 ? 11 : 13;
+    const size_t spatial = global ? 1 + trial % 3 : 1 + trial % 2;
+    Shape shape = {1 + static_cast<int64_t>(rng() % 2), 2 + static_cast<int64_t>(rng() % 4)};
+    for (size_t d = 0; d < spatial; ++d) shape.push_back(5 + static_cast<int64_t>(rng() % 6));
+    std::map<std::string, Attribute> attrs = {{"p", attr_i(p)}};
+    if (!global) {
+      std::vector<int64_t> kernel, strides, pads(2 * spatial);
+      for (size_t d = 0; d < spatial; ++d) {
+        kernel.push_back(2 + static_cast<int64_t>(rng() % 2));
+        strides.push_back(1 + static_cast<int64_t>(rng() % 2));
+        pads[d] = static_cast<int64_t>(rng() % 2);
+        pads[d + spatial] = static_cast<int64_t>(rng() % 2);
+      }
+      attrs["kernel_shape"] = attr_ints(kernel);
+      attrs["strides"] = attr_ints(strides);
+      if (trial % 3 == 0)
+        attrs["auto_pad"] = attr_s("SAME_UPPER");
+      else
+        attrs["pads"] = attr_ints(pads);
+    }
+    SCOPED_TRACE(fmt::format("trial {} {} p {} opset {} shape [{}]", trial,
+                             global ? "GlobalLpPool" : "LpPool", p, opset, fmt::join(shape, ",")));
+    testing::GraphBuilder b(opset);
+    const ValueId x = b.add1("Tanh", {b.input("x", DType::kFloat32, shape)});
+    b.output(b.add1("Tanh", {b.add1(global ? "GlobalLpPool" : "LpPool", {x}, attrs)}));
+    const auto [lowered, kept] = load_both_ways(b.graph());
+    EXPECT_EQ(op_list(lowered).find("LpPool"), std::string::npos) << op_list(lowered);
+    expect_lowered_runs_fast_and_right(lowered, kept, 100 + trial);
+  }
+}
+
 // A Gather of a 1-D constant index list (random ranks, axes, runs of consecutive indices,
 // negative indices, repeated runs; opsets 9 and 13) and a Tile of constant repeats are lowered
 // on import to Slices and Concats that compute what their reference kernels do, element for

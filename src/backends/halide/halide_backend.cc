@@ -112,26 +112,30 @@ class HalideBackend : public Backend {
     // heads Transpose, a Split of packed q/k/v, a no-op Cast) gets a candidate too, so the
     // search decides by measurement whether reference's copy loop is the faster one.
     const NodePredicate ok = [](const Graph& g, const Node& n) { return lowerable(g, n); };
-    return {{"Softmax", op_in({"Softmax", "LogSoftmax"}).where(ok, "float32"), {}},
-            {"Reduce",
-             op_in({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
-                    "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
-                 .where(ok, "float32, constant axes"),
-             {}},
-            {"LayerNormalization", op("LayerNormalization").where(ok, "float32, Y only"), {}},
-            // Every sampling mode (the reference's taps as tables): a linear or cubic resize
-            // alone is many times the reference's speed.
-            // Reflect and edge padding (ReflectionPad2d in style-transfer and GAN
-            // generators) has no other fast backend; constant padding competes with onednn.
-            {"Pad", op("Pad").where(ok, "float32, every mode, constant pads and value"), {}},
-            {"Resize",
-             op_in({"Resize", "Upsample"})
-                 .where(ok, "float32, every mode but tf_crop_and_resize, constant scales/sizes"),
-             {}},
-            {"TransformerGlue",
-             op_in({"Gather", "Where", "Transpose", "Split", "Cast"})
-                 .where(ok, "float32 data (int32/int64/bool where the op moves it)"),
-             {}}};
+    return {
+        {"Softmax", op_in({"Softmax", "LogSoftmax"}).where(ok, "float32"), {}},
+        {"Reduce",
+         op_in({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
+             .where(ok, "float32, constant axes"),
+         {}},
+        // ArgMax and CumSum have no other fast backend (oneDNN 2.6 has neither).
+        {"ArgReduce", op_in({"ArgMax", "ArgMin"}).where(ok, "float32 in, int64 positions out"), {}},
+        {"CumSum", op("CumSum").where(ok, "float32, constant axis"), {}},
+        {"LayerNormalization", op("LayerNormalization").where(ok, "float32, Y only"), {}},
+        // Every sampling mode (the reference's taps as tables): a linear or cubic resize
+        // alone is many times the reference's speed.
+        // Reflect and edge padding (ReflectionPad2d in style-transfer and GAN
+        // generators) has no other fast backend; constant padding competes with onednn.
+        {"Pad", op("Pad").where(ok, "float32, every mode, constant pads and value"), {}},
+        {"Resize",
+         op_in({"Resize", "Upsample"})
+             .where(ok, "float32, every mode but tf_crop_and_resize, constant scales/sizes"),
+         {}},
+        {"TransformerGlue",
+         op_in({"Gather", "Where", "Transpose", "Split", "Cast"})
+             .where(ok, "float32 data (int32/int64/bool where the op moves it)"),
+         {}}};
   }
 
   std::vector<FusionRule> fusion_rules() const override {

@@ -45,17 +45,22 @@ const std::set<std::string> kSoftmax = {"Softmax", "LogSoftmax"};
 const std::set<std::string> kReshape = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
 const std::set<std::string> kLayout = {"Transpose", "Expand", "Slice", "Concat", "Split", "Tile"};
 // Ops with a lowering of their own (no kind-wide rule).
-const std::set<std::string> kOther = {"Gather", "Where",    "LayerNormalization",
-                                      "Resize", "Upsample", "Pad"};
+const std::set<std::string> kOther = {"Gather", "Where", "LayerNormalization", "Resize", "Upsample",
+                                      "Pad",    "CumSum"};
 // Ops producing a bool (stored as UInt(8), 0 or 1): comparisons of numbers (a mask from
 // positions or ids, `x > 0`), logic on bools (masks combined). Exporters write them around
 // a Where; on `reference` alone they cut the kernel that holds the Where.
 const std::set<std::string> kCompare = {"Equal", "Greater", "GreaterOrEqual", "Less",
                                         "LessOrEqual"};
 const std::set<std::string> kLogical = {"And", "Or", "Xor", "Not"};
+// Tests of a float32 value's class (nan_to_num, masks of non-finite values).
+const std::set<std::string> kFloatTests = {"IsNaN", "IsInf"};
+// The index of the extreme along one axis (a segmentation map's classes, a classifier's
+// label): float32 in, int64 out.
+const std::set<std::string> kArgReduce = {"ArgMax", "ArgMin"};
 
 bool makes_bool(const std::string& op) {
-  return kCompare.count(op) || kLogical.count(op);
+  return kCompare.count(op) || kLogical.count(op) || kFloatTests.count(op);
 }
 
 bool number_dtype(DType t) {
@@ -108,13 +113,14 @@ Expr scalar_expr(const Tensor& t) {
 bool is_param_input(const std::string& op, size_t i) {
   if (i == 0) return false;
   return kReshape.count(op) || kReduce.count(op) || op == "Expand" || op == "Slice" ||
-         op == "Split" || op == "Tile" || op == "Resize" || op == "Upsample" || op == "Pad";
+         op == "Split" || op == "Tile" || op == "Resize" || op == "Upsample" || op == "Pad" ||
+         op == "CumSum";
 }
 
 // Inputs whose values lowering needs (they become loop bounds and offsets).
 bool needs_constant(const std::string& op, size_t i) {
-  return i > 0 &&
-         (op == "Slice" || kReduce.count(op) || op == "Resize" || op == "Upsample" || op == "Pad");
+  return i > 0 && (op == "Slice" || kReduce.count(op) || op == "Resize" || op == "Upsample" ||
+                   op == "Pad" || op == "CumSum");
 }
 
 std::vector<Var> dim_vars(size_t rank) {
@@ -154,6 +160,13 @@ struct Reduction {
   Shape out_shape;
   std::optional<Halide::RDom> rdom;
   std::vector<std::pair<Func, Shape>> producers;  // materialised with it (Softmax's exp)
+};
+
+// A running sum along one axis (CumSum): an update walking the axis in order.
+struct Scan {
+  Func f;
+  Shape shape;
+  size_t axis = 0;
 };
 
 std::string reduce_axes_reason(const Graph& g, const Node& n) {
@@ -365,13 +378,17 @@ class Lowerer {
       }));
     } else if (kReduce.count(op)) {
       results.push_back(lower_reduce(n, *ins[0], name));
+    } else if (kArgReduce.count(op)) {
+      results.push_back(lower_arg_reduce(n, *ins[0], name));
+    } else if (op == "CumSum") {
+      results.push_back(lower_cumsum(n, *ins[0], name));
     } else if (kSoftmax.count(op)) {
       results.push_back(lower_softmax(n, *ins[0], name));
     } else if (makes_bool(op)) {
       results.push_back(define(name, oshape, [&](const Index& i) {
         std::vector<Expr> a;
         for (const Val* v : ins) a.push_back(at_broadcast(*v, oshape, i));
-        return Halide::cast<uint8_t>(predicate(op, a));
+        return Halide::cast<uint8_t>(predicate(n, a));
       }));
     } else if (op == "Where") {
       results.push_back(define(name, oshape, [&](const Index& i) {
@@ -495,13 +512,25 @@ class Lowerer {
     return Halide::pow(base, e);
   }
 
-  // A comparison of two numbers or logic on bools (nonzero is true), as a boolean Expr.
-  static Expr predicate(const std::string& op, const std::vector<Expr>& a) {
+  // A comparison of two numbers, logic on bools (nonzero is true) or a test of a float's
+  // class, as a boolean Expr.
+  static Expr predicate(const Node& n, const std::vector<Expr>& a) {
+    const std::string& op = n.op_type;
     if (op == "Equal") return a[0] == a[1];
     if (op == "Greater") return a[0] > a[1];
     if (op == "GreaterOrEqual") return a[0] >= a[1];
     if (op == "Less") return a[0] < a[1];
     if (op == "LessOrEqual") return a[0] <= a[1];
+    if (op == "IsNaN") return Halide::is_nan(a[0]);
+    if (op == "IsInf") {
+      const bool negative = n.attr_int("detect_negative", 1) != 0,
+                 positive = n.attr_int("detect_positive", 1) != 0;
+      Expr sign = negative && positive ? Halide::cast<bool>(true)
+                  : negative           ? a[0] < 0.0f
+                  : positive           ? a[0] > 0.0f
+                                       : Halide::cast<bool>(false);
+      return Halide::is_inf(a[0]) && sign;
+    }
     auto truth = [](const Expr& x) { return x != Halide::cast(x.type(), 0); };
     if (op == "Not") return !truth(a[0]);
     if (op == "And") return truth(a[0]) && truth(a[1]);
@@ -599,6 +628,76 @@ class Lowerer {
       Expr mv = at(mk, mi);
       return Halide::log(at(s, i)) + mv;
     });
+  }
+
+  // ArgMax / ArgMin along one axis as the reference: the first extreme (the last with
+  // select_last_index), a NaN counting as the extreme (numpy's rule). Three reductions over
+  // the axis, as int32 positions: the first (last) NaN's, the extreme of the values, the
+  // first (last) position holding it; the NaN's position wins where there is one.
+  Val lower_arg_reduce(const Node& n, const Val& x, const std::string& name) {
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    int64_t axis = n.attr_int("axis", 0);
+    if (axis < 0) axis += rank;
+    const bool keep = n.attr_int("keepdims", 1) != 0;
+    const bool last = n.attr_int("select_last_index", 0) != 0;
+    const bool is_max = n.op_type == "ArgMax";
+    std::vector<bool> mask(rank, false);
+    mask[axis] = true;
+    const Expr none = last ? Expr(-1) : Expr(static_cast<int>(x.shape[axis]));
+    auto pick = [last](Expr a, Expr b) { return last ? Halide::max(a, b) : Halide::min(a, b); };
+    Val nan_at = reduce(name + "_nan", x.shape, mask, true, none, pick, [&](const Index& i) {
+      return Halide::select(Halide::is_nan(at(x, i)), i[axis], none);
+    });
+    Val extreme = reduce(
+        name + "_ext", x.shape, mask, true, is_max ? -kInf : kInf,
+        [is_max](Expr a, Expr b) { return is_max ? Halide::max(a, b) : Halide::min(a, b); },
+        [&](const Index& i) { return at(x, i); });
+    Val held_at = reduce(name + "_at", x.shape, mask, true, none, pick, [&](const Index& i) {
+      return Halide::select(at(x, i) == at_broadcast(extreme, x.shape, i), i[axis], none);
+    });
+    Shape out_shape = x.shape;
+    if (keep)
+      out_shape[axis] = 1;
+    else
+      out_shape.erase(out_shape.begin() + axis);
+    Val out = define(name, out_shape, [&](const Index& i) {
+      Index kept = i;
+      if (!keep) kept.insert(kept.begin() + axis, Expr(0));
+      Expr nan = at(nan_at, kept);
+      return Halide::cast<int64_t>(Halide::select(nan != none, nan, at(held_at, kept)));
+    });
+    out.after_reduction = true;
+    return out;
+  }
+
+  // CumSum along its (constant) axis, inclusive or exclusive, forwards or reversed: each
+  // position is the previous one's sum plus one element, the reference's order of additions.
+  Val lower_cumsum(const Node& n, const Val& x, const std::string& name) {
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    int64_t axis = int_values(g_, n.input(1)).at(0);
+    if (axis < 0) axis += rank;
+    const bool exclusive = n.attr_int("exclusive", 0) != 0;
+    const bool reverse = n.attr_int("reverse", 0) != 0;
+    const int len = static_cast<int>(x.shape[axis]);
+    Scan scan{Func(name), x.shape, static_cast<size_t>(axis)};
+    std::vector<Var> hv = dim_vars(x.shape.size());
+    const Index i = index_of(hv);
+    scan.f(hv) = exclusive ? Expr(0.0f) : at(x, i);
+    if (len > 1) {
+      Halide::RDom r(1, len - 1);
+      Expr at_pos = reverse ? len - 1 - r.x : Expr(r.x);
+      Expr before = reverse ? at_pos + 1 : at_pos - 1;
+      Index pos = i, prev = i;
+      pos[axis] = at_pos;
+      prev[axis] = before;
+      scan.f(halide_args(pos)) = scan.f(halide_args(prev)) + at(x, exclusive ? prev : pos);
+    }
+    scans_.push_back(scan);
+    Val v;
+    v.f = scan.f;
+    v.shape = x.shape;
+    v.after_reduction = true;
+    return v;
   }
 
   // out[o.., j.., i..] = data[o.., indices[j..], i..]. Negative indices count from the end;
@@ -980,10 +1079,33 @@ class Lowerer {
     red.f.update().atomic().vectorize(ri, width);
   }
 
+  // A scan in a buffer of its own: the walk along its axis stays serial; the innermost other
+  // dim is vectorised and the outermost spread over threads, where there are such dims.
+  static void schedule_scan(Scan& scan) {
+    scan.f.compute_root();
+    const size_t rank = scan.shape.size();
+    std::vector<Var> hv = dim_vars(rank);
+    const size_t axis_var = rank - 1 - scan.axis;  // Halide lists dims innermost first
+    int64_t total = 1;
+    for (int64_t d : scan.shape) total *= d;
+    const bool has_update = scan.shape[scan.axis] > 1;
+    if (axis_var != 0 && scan.shape[rank - 1] >= 8) {
+      const int w = scan.shape[rank - 1] >= 16 ? 16 : 8;
+      scan.f.vectorize(hv[0], w, Halide::TailStrategy::GuardWithIf);
+      if (has_update) scan.f.update().vectorize(hv[0], w, Halide::TailStrategy::GuardWithIf);
+    }
+    // The outermost dim (Halide's last var) when it is neither the axis nor the vectors'.
+    if (rank >= 2 && scan.axis != 0 && scan.shape[0] >= 2 && total >= kParallelMin) {
+      scan.f.parallel(hv[rank - 1]);
+      if (has_update) scan.f.update().parallel(hv[rank - 1]);
+    }
+  }
+
   void schedule(std::vector<Func>& outputs, const std::vector<const Val*>& vals) {
     std::vector<Loops> loops;
     for (size_t k = 0; k < outputs.size(); ++k)
       loops.push_back(schedule_pointwise(outputs[k], vals[k]->shape));
+    for (Scan& scan : scans_) schedule_scan(scan);
     for (Reduction& red : reductions_) {
       const size_t rank = red.in_shape.size();
       const bool inner_reduced = rank > 0 && red.mask[rank - 1];
@@ -1037,6 +1159,7 @@ class Lowerer {
   const Graph& g_;
   std::map<ValueId, Val> vals_;
   std::vector<Reduction> reductions_;
+  std::vector<Scan> scans_;
   int counter_ = 0;
 };
 
@@ -1073,11 +1196,13 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
   if (!n.domain.empty()) return "domain " + n.domain;
   const std::string& op = n.op_type;
   if (!kUnary.count(op) && !kBinary.count(op) && !kReduce.count(op) && !kSoftmax.count(op) &&
-      !kReshape.count(op) && !kLayout.count(op) && !kOther.count(op) && !makes_bool(op))
+      !kReshape.count(op) && !kLayout.count(op) && !kOther.count(op) && !makes_bool(op) &&
+      !kArgReduce.count(op))
     return "op not lowered";
   if (makes_bool(op)) {
     // Its operands' types are checked with every op's below.
-    if (n.outputs.size() != 1 || n.inputs.size() != (op == "Not" ? 1u : 2u))
+    const size_t operands = op == "Not" || kFloatTests.count(op) ? 1 : 2;
+    if (n.outputs.size() != 1 || n.inputs.size() != operands)
       return "not one output and its inputs";
     for (ValueId v : n.inputs)
       if (v == kNoValue || g.value(v).dtype != g.value(n.inputs[0]).dtype)
@@ -1097,6 +1222,9 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
     if (makes_bool(op)) {
       if (val.dtype != DType::kBool)
         return fmt::format("output of type {}, not bool", dtype_name(val.dtype));
+    } else if (kArgReduce.count(op)) {
+      if (val.dtype != DType::kInt64)
+        return fmt::format("output of type {}, not int64", dtype_name(val.dtype));
     } else if (moves_data(op) ? !buffer_dtype(val.dtype) : val.dtype != DType::kFloat32) {
       return fmt::format("output of type {}, not float32", dtype_name(val.dtype));
     }
@@ -1118,7 +1246,9 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
     } else if (op == "Where" && i == 0) {
       if (val.dtype != DType::kBool) return "condition is not bool";
     } else if (makes_bool(op)) {
-      if (kCompare.count(op) ? !number_dtype(val.dtype) : val.dtype != DType::kBool)
+      if (kCompare.count(op)      ? !number_dtype(val.dtype)
+          : kFloatTests.count(op) ? val.dtype != DType::kFloat32
+                                  : val.dtype != DType::kBool)
         return fmt::format("{} of {}", op, dtype_name(val.dtype));
       if (!val.shape_known) return "unknown shape";
     } else if (moves_data(op) ? !buffer_dtype(val.dtype) : val.dtype != DType::kFloat32) {

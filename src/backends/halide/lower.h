@@ -1,5 +1,6 @@
 // Lowering a standalone subgraph (see extract_subgraph) of float32 elementwise, broadcast,
-// injective and reduction ops to one Halide pipeline, with a hand-written schedule.
+// injective and reduction ops (and CumSum's scan) to one Halide pipeline, with a
+// hand-written schedule.
 #pragma once
 
 #include <Halide.h>
@@ -18,8 +19,9 @@ std::string unsupported_reason(const Graph& graph, const Node& node);
 // A subgraph lowered to Halide, not yet compiled. The compiled function takes one buffer
 // per `params` entry (subgraph inputs and non-scalar constants) and then one per output.
 // Data is float32 except where an op reads or moves other types: Gather's indices (int32 /
-// int64), Where's condition (bool, read as uint8), and the layout ops' data (int32, int64,
-// bool: GPT-2 reshapes its input_ids before the embedding Gather).
+// int64), Where's condition (bool, read as uint8), the layout ops' data (int32, int64,
+// bool: GPT-2 reshapes its input_ids before the embedding Gather), comparisons' and IsNaN /
+// IsInf's results (bool) and ArgMax / ArgMin's positions (int64).
 struct Lowered {
   Halide::Pipeline pipeline;
   std::vector<Halide::Argument> arguments;
