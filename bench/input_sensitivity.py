@@ -2,17 +2,16 @@
 """How much a model's own outputs move under a tiny change of its inputs (bench/run.sh).
 
     input_sensitivity.py perturb IN_DIR OUT_DIR SCALE   inputs scaled by (1 + SCALE)
-    input_sensitivity.py compare A_DIR B_DIR            {"max_err_rel": ...} on stdout
 
 When ONNX Runtime's outputs and collage's disagree, bench/run.sh runs the reference backend
 on the inputs and on the inputs scaled by (1 + 1e-6) and compares the two: a model whose
 outputs move by more than the check's tolerance under such a change (random weights with
 randomised BatchNorm statistics make some EfficientNets chaotic: logits ~1e4 that a 1e-6
 input change moves by 17 %) cannot match another runtime's rounding, and the table says so
-beside the mismatch. max_err_rel is max |a - b| over max |a|, the largest over the outputs,
-as the ORT check measures it.
+beside the mismatch. The two runs' outputs are compared by the ORT check's own code
+(`node bench/peers/ort_run.js --compare-dirs A B`: max |a - b| over max |a|, the largest over
+the outputs), so the two numbers the table shows side by side follow one rule.
 """
-import json
 import os
 import sys
 
@@ -43,25 +42,9 @@ def perturb(in_dir, out_dir, scale):
             out.write(onnx.numpy_helper.from_array(a, name).SerializeToString())
 
 
-def compare(a_dir, b_dir):
-    worst = 0.0
-    files = pb_files(a_dir, "output_")
-    if not files or files != pb_files(b_dir, "output_"):
-        sys.exit(f"input_sensitivity.py: {a_dir} and {b_dir} hold different outputs")
-    for f in files:
-        a = load(os.path.join(a_dir, f))[1].astype(np.float64)
-        b = load(os.path.join(b_dir, f))[1].astype(np.float64)
-        scale = float(np.abs(a).max()) if a.size else 0.0
-        if scale > 0:
-            worst = max(worst, float(np.abs(a - b).max()) / scale)
-    print(json.dumps({"max_err_rel": worst}))
-
-
 def main():
     if len(sys.argv) == 5 and sys.argv[1] == "perturb":
         perturb(sys.argv[2], sys.argv[3], float(sys.argv[4]))
-    elif len(sys.argv) == 4 and sys.argv[1] == "compare":
-        compare(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)
 

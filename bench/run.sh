@@ -214,15 +214,15 @@ for model in $MODELS; do
       if [ "$ort_status" = mismatch ]; then
         # Is it the model? The reference backend on the inputs and on them scaled by
         # (1 + 1e-6): a model whose outputs move past the check's tolerance under that cannot
-        # match another runtime's rounding (bench/input_sensitivity.py). The table says how
-        # far they moved.
+        # match another runtime's rounding (bench/input_sensitivity.py; compared by the ORT
+        # check's own rule, ort_run.js --compare-dirs). The table says how far they moved.
         if "$PY" bench/input_sensitivity.py perturb "$dir/inputs" "$dir/inputs_perturbed" 1e-6 &&
           "$COLLAGE" run "$onnx" --backend reference --threads "$THREADS" --inputs "$dir/inputs" \
             --outputs "$dir/reference_outputs" >"$dir/sensitivity.log" 2>&1 &&
           "$COLLAGE" run "$onnx" --backend reference --threads "$THREADS" \
             --inputs "$dir/inputs_perturbed" --outputs "$dir/reference_perturbed" \
             >>"$dir/sensitivity.log" 2>&1 &&
-          "$PY" bench/input_sensitivity.py compare "$dir/reference_outputs" \
+          node "$PEERS/ort_run.js" --compare-dirs "$dir/reference_outputs" \
             "$dir/reference_perturbed" >"$dir/sensitivity.json" 2>>"$dir/sensitivity.log"; then
           say "  the reference backend's outputs under a 1e-6 input change: $(cat "$dir/sensitivity.json")"
         else

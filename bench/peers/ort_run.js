@@ -12,6 +12,12 @@
 // --compare DIR       compare the outputs with DIR/output_K.pb: |a-b| <= rtol * max|b|
 //                     per output (--rtol, default 1e-3)
 // Prints one JSON line: {"median_ms","min_ms","samples":[...],"ort_version", "compare"?}.
+//
+//   node bench/peers/ort_run.js --compare-dirs WANT_DIR GOT_DIR [--rtol X]
+//
+// compares two folders of output_K.pb by the same rule, without ONNX Runtime, and prints the
+// comparison's JSON ({"status","max_err_rel","outputs"}): bench/run.sh's check of how far a
+// model's own outputs move under a tiny input change (bench/input_sensitivity.py).
 // Session: intra-op threads = --threads, inter-op 1, sequential execution, all graph
 // optimisations. Exit status 0 also on a mismatch (the JSON says so); 2 on bad arguments.
 'use strict';
@@ -201,11 +207,13 @@ function randomTensor(ort, meta, rng) {
   return new ort.Tensor(meta.type, data, dims);
 }
 
-function compareOutputs(names, outputs, dir, rtol) {
+// `gots[k]` ({dims, data}) against `dir`/output_K.pb: max |got - want| over max |want| (over
+// 1 for an all-zero output) per output, NaN matching only NaN; a mismatch past `rtol`.
+function compareOutputs(names, gots, dir, rtol) {
   const report = {status: 'ok', max_err_rel: 0, outputs: []};
   names.forEach((name, k) => {
     const file = path.join(dir, `output_${k}.pb`);
-    const got = outputs[name];
+    const got = gots[k];
     const want = decodeTensor(fs.readFileSync(file));
     const entry = {name, max_abs_err: 0, scale: 0};
     const sameShape = want.dims.length === got.dims.length &&
@@ -231,7 +239,35 @@ function compareOutputs(names, outputs, dir, rtol) {
   return report;
 }
 
+// output_K.pb of `dir`, in K order.
+function outputFiles(dir) {
+  return fs.readdirSync(dir)
+      .filter((f) => /^output_\d+\.pb$/.test(f))
+      .sort((a, b) => Number(a.slice(7, -3)) - Number(b.slice(7, -3)));
+}
+
+function compareDirs(argv) {
+  let rtol = 1e-3;
+  const dirs = [];
+  for (let i = 0; i < argv.length; ++i) {
+    if (argv[i] === '--rtol' && i + 1 < argv.length) {
+      rtol = Number(argv[++i]);
+    } else {
+      dirs.push(argv[i]);
+    }
+  }
+  if (dirs.length !== 2) usage('--compare-dirs expects WANT_DIR GOT_DIR');
+  const [wantDir, gotDir] = dirs;
+  const files = outputFiles(wantDir);
+  if (!files.length || files.join() !== outputFiles(gotDir).join())
+    throw new Error(`${wantDir} and ${gotDir} hold different outputs`);
+  const gots = files.map((f) => decodeTensor(fs.readFileSync(path.join(gotDir, f))));
+  const report = compareOutputs(gots.map((t) => t.name), gots, wantDir, rtol);
+  process.stdout.write(JSON.stringify(report) + '\n');
+}
+
 async function main() {
+  if (process.argv[2] === '--compare-dirs') return compareDirs(process.argv.slice(3));
   const o = parseArgs(process.argv.slice(2));
   const ort = require('onnxruntime-node');
   const session = await ort.InferenceSession.create(o.model, {
@@ -286,7 +322,11 @@ async function main() {
     ort_version: require('onnxruntime-node/package.json').version,
     threads: o.threads,
   };
-  if (o.compare) result.compare = compareOutputs(session.outputNames, outputs, o.compare, o.rtol);
+  if (o.compare) {
+    result.compare = compareOutputs(session.outputNames,
+                                    session.outputNames.map((name) => outputs[name]), o.compare,
+                                    o.rtol);
+  }
   process.stdout.write(JSON.stringify(result) + '\n');
 }
 
