@@ -1,7 +1,8 @@
 // Resize / Upsample on oneDNN's resampling primitive (resample_kernel.cc): every form it
 // claims against `reference` on randomized shapes and factors, jit or simple but never
 // oneDNN's reference loop, inside an onednn-graph region (blocked layouts) and with a
-// residual Add fused; the forms whose sampling rule differs from ONNX's are refused.
+// residual Add fused; the forms whose sampling rule differs from ONNX's run as collage's
+// taps step (taps_resize.h), and extrapolation is refused.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -12,6 +13,7 @@
 #include "backends/onednn/dnnl_common.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/region_kernel.h"
+#include "backends/onednn/taps_resize.h"
 #include "collage/backend.h"
 #include "graph_builder.h"
 #include "onednn_test_util.h"
@@ -115,32 +117,99 @@ TEST(OnednnResample, LegacyUpsampleIsNearestFloor) {
   expect_fast_and_like_reference(onednn(), b.graph(), "Upsample-9 x2, x3");
 }
 
-TEST(OnednnResample, FormsWithAnotherSamplingRuleAreRefused) {
-  const std::vector<std::pair<Form, std::vector<float>>> refused = {
+// The forms oneDNN's resampling computes by another rule (resample_form refuses them) run
+// as collage's taps step (taps_resize.h), from the reference's own taps: nearest with a
+// non-integer factor or another rounding, linear with align_corners / asymmetric / a size
+// that is no exact multiple, cubic (exclude_outside, another coefficient), on random shapes
+// of 1-3 spatial axes, by scales and by sizes; op-level, and inside an onednn-graph region
+// between two convs (one region, one taps step, no oneDNN resampling). Checked to fail with
+// a tap dropped and with the weights left out.
+TEST(OnednnResample, OtherFormsRunAsCollagesTapsStep) {
+  using testing::attr_f;
+  using testing::attr_i;
+  using testing::attr_ints;
+  const std::vector<std::pair<Form, std::vector<float>>> forms = {
       {{"linear", "align_corners", ""}, {2, 2}},
+      {{"linear", "asymmetric", ""}, {1.5f, 0.75f}},
       {{"nearest", "asymmetric", "round_prefer_floor"}, {3, 3}},  // rounds o/3 up at 2/3
       {{"nearest", "asymmetric", "floor"}, {1.5f, 2}},            // not an integer factor
-      {{"nearest", "half_pixel", "round_prefer_floor"}, {0.5f, 1}},
+      {{"nearest", "half_pixel", "round_prefer_floor"}, {0.5f, 1.25f}},
+      {{"nearest", "align_corners", "round_prefer_ceil"}, {1.75f, 2}},
       {{"cubic", "half_pixel", ""}, {2, 2}},
+      {{"cubic", "pytorch_half_pixel", ""}, {1.5f, 0.5f}},
+      {{"cubic", "align_corners", ""}, {2.5f, 3}},
   };
-  for (const auto& [form, factors] : refused) {
+  std::mt19937 rng(23);
+  for (size_t trial = 0; trial < 2 * forms.size(); ++trial) {
+    const auto& [form, base] = forms[trial % forms.size()];
+    const size_t spatial = trial < forms.size() ? 2 : 1 + trial % 3;
+    Shape shape = {pick(rng, 1, 2), pick(rng, 3, 20)};
+    std::vector<float> factors;
+    for (size_t k = 0; k < spatial; ++k) {
+      shape.push_back(pick(rng, 4, 11));
+      factors.push_back(base[k % base.size()]);
+    }
+    const bool by_sizes = trial % 3 == 2;
+    const std::string what = "trial " + std::to_string(trial) + ": " + form.mode + " " +
+                             form.coord + " " + form.nearest + (by_sizes ? " by sizes" : "");
     GraphBuilder b;
-    ValueId x = b.input("x", DType::kFloat32, {1, 4, 6, 6});
-    ValueId y = resize(b, x, factors, form, false);
+    ValueId x = b.input("x", DType::kFloat32, shape);
+    ValueId y = resize(b, x, factors, form, by_sizes);
+    if (form.mode == "cubic" && trial % 2 == 1) {
+      b.graph().node(b.graph().value(y).producer).attrs["exclude_outside"] = attr_i(1);
+      b.graph().node(b.graph().value(y).producer).attrs["cubic_coeff_a"] = attr_f(-0.5f);
+    }
     b.output(y);
-    const std::string what = form.mode + " " + form.coord + " " + form.nearest;
-    EXPECT_FALSE(onednn::resample_form(b.graph(), b.graph().node(0)).has_value()) << what;
-    EXPECT_FALSE(has_match(onednn(), b.graph(), {y})) << what;
-    testing::expect_unsupported(onednn(), b.graph(), what, "resampling");
+    ASSERT_FALSE(onednn::resample_form(b.graph(), b.graph().node(0)).has_value()) << what;
+    ASSERT_TRUE(onednn::taps_resize_takes(b.graph(), b.graph().node(0))) << what;
+    ASSERT_TRUE(has_match(onednn(), b.graph(), {y})) << what;
+    expect_fast_and_like_reference(onednn(), b.graph(), what);
+    const testing::ProgramSteps alone =
+        testing::steps_of(*onednn().compile(b.graph(), testing::test_options()));
+    EXPECT_EQ(alone.count(onednn::kTapsResizeStep), 1) << what;
+
+    // Between two convs of a region, as a decoder upsamples.
+    if (spatial != 2) continue;
+    GraphBuilder r;
+    const ValueId in = r.input("x", DType::kFloat32, {1, 8, shape[2], shape[3]});
+    auto conv = [&](ValueId v, const std::string& name) {
+      return r.add1("Conv",
+                    {v, r.random_constant(name + "_w", {16, r.graph().value(v).shape[1], 3, 3}),
+                     r.random_constant(name + "_b", {16})},
+                    {{"pads", attr_ints({1, 1, 1, 1})}});
+    };
+    const ValueId up = resize(r, conv(in, "a"), factors, form, by_sizes);
+    r.output(conv(r.add1("Relu", {up}), "b"));
+    expect_fast_and_like_reference(onednn_graph(), r.graph(), what + " in a region");
+    const testing::ProgramSteps region =
+        testing::steps_of(*onednn_graph().compile(r.graph(), testing::test_options()));
+    EXPECT_EQ(region.count(onednn::kTapsResizeStep), 1) << what;
+    EXPECT_EQ(region.count(dnnl::primitive::kind::resampling), 1) << what;  // the taps step
   }
-  // Channels resized: not a spatial resampling.
+}
+
+// What no backend but reference computes: tf_crop_and_resize sampling outside its input
+// (extrapolation), and a resize of the channels.
+TEST(OnednnResample, ExtrapolationAndResizedChannelsAreRefused) {
   GraphBuilder b;
   ValueId x = b.input("x", DType::kFloat32, {1, 4, 6, 6});
-  ValueId y = b.add1(
+  ValueId crop = b.add1(
+      "Resize",
+      {x, b.constant("roi", Tensor::from_vector<float>({8}, {0, 0, -0.2f, 0, 1, 1, 1, 1.2f})),
+       b.constant("scales", Tensor::from_vector<float>({4}, {1, 1, 2, 2}))},
+      {{"mode", attr_s("linear")},
+       {"coordinate_transformation_mode", attr_s("tf_crop_and_resize")}});
+  ValueId channels = b.add1(
       "Resize", {x, kNoValue, b.constant("scales", Tensor::from_vector<float>({4}, {1, 2, 2, 2}))},
       {{"mode", attr_s("nearest")}});
-  b.output(y);
-  EXPECT_FALSE(onednn::resample_form(b.graph(), b.graph().node(0)).has_value());
+  b.output(crop);
+  b.output(channels);
+  for (ValueId y : {crop, channels}) {
+    const Node& n = b.graph().node(b.graph().value(y).producer);
+    EXPECT_FALSE(onednn::resample_form(b.graph(), n).has_value()) << n.name;
+    EXPECT_FALSE(onednn::taps_resize_takes(b.graph(), n)) << n.name;
+    EXPECT_FALSE(has_match(onednn(), b.graph(), {y})) << n.name;
+  }
 }
 
 // A decoder step: conv, upsample x2, add the skip connection's conv, Relu. In one

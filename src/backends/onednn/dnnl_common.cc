@@ -51,8 +51,9 @@ std::string backend_version() {
   // 28: tensors' storage is 64-byte aligned (util/tensor.cc): a large output written with
   // non-temporal stores into a caller's tensor had crashed; a failure cached for it is tried
   // again. 29: a layout copy of a 2-4 channel image between channel-first and channels-last is
-  // collage's channel transpose (channel_transpose.h).
-  constexpr int kKernelRevision = 29;
+  // collage's channel transpose (channel_transpose.h). 30: a Resize oneDNN's resampling does
+  // not compute is collage's taps step (taps_resize.h); a failure cached for one is tried again.
+  constexpr int kKernelRevision = 30;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

@@ -6,6 +6,7 @@
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/select_kernel.h"
 #include "backends/onednn/squeeze_excite.h"
+#include "backends/onednn/taps_resize.h"
 
 namespace collage::onednn {
 namespace {
@@ -89,7 +90,7 @@ bool primitive_head(const Graph& g, const Node& n) {
            (n.input(2) == kNoValue || g.value(n.input(2)).is_constant());
   if (f->name == "matmul") return is_f32(g, n.input(1));
   if (n.op_type == "MaxPool") return n.outputs.size() == 1 || n.outputs[1] == kNoValue;
-  if (f->name == "resample") return resample_form(g, n).has_value();
+  if (f->name == "resample") return resample_form(g, n).has_value() || taps_resize_takes(g, n);
   return true;
 }
 

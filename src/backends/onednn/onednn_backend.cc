@@ -121,7 +121,9 @@ class OnednnBackend : public Backend {
         {"Pool", op_in(family("pool").ops).where(head, "float32, no Indices"), {}},
         {"Resize",
          op_in(family("resample").ops)
-             .where(head, "float32, nearest (integer factors) or half-pixel linear"),
+             .where(head,
+                    "float32, every mode (oneDNN's resampling where it computes the ONNX form, "
+                    "else collage's taps), no extrapolation"),
          {}},
         {"BatchNormalization", op("BatchNormalization").where(f32, "float32"), {}},
         {"BatchNormalization+Relu", op("Relu", {op("BatchNormalization").where(f32, "float32")}),

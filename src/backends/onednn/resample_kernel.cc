@@ -3,8 +3,9 @@
 // cost more than the resampling). Upsampling in a decoder, an FPN or a UNet then stays in
 // the onednn-graph region instead of cutting it in two around a `reference` step.
 //
-// oneDNN computes one sampling rule per algorithm, so only the ONNX forms it equals are
-// taken (resample_form); the rest stay on `reference`, which computes every form:
+// oneDNN computes one sampling rule per algorithm, so only the ONNX forms it equals run on
+// it (resample_form); the rest are collage's own step from the reference's taps
+// (taps_resize.h):
 // - nearest: each spatial output index o reads floor(o / k) for an integer factor k. ONNX
 //   computes that for integer factors with asymmetric coordinates and floor rounding
 //   (PyTorch's `interpolate(mode="nearest")`, Upsample and Resize-10), and with half_pixel
@@ -19,6 +20,7 @@
 
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/kernels.h"
+#include "backends/onednn/taps_resize.h"
 
 namespace collage::onednn {
 namespace {
@@ -100,9 +102,7 @@ std::optional<dnnl::algorithm> resample_form(const Graph& g, const Node& n) {
 void emit_resample(const Graph& sub, ValueMemories& values) {
   const Node& node = sub.node(0);
   const std::optional<dnnl::algorithm> alg = resample_form(sub, node);
-  if (!alg)
-    fail(ErrorKind::kUnsupported, "onednn: {} in a form oneDNN's resampling does not compute",
-         node.op_type);
+  if (!alg) return emit_taps_resize(sub, values);  // the other forms: collage's own step
   const ValueId x = node.input(0), y = node.outputs[0];
   if (!values.has(x))
     fail(ErrorKind::kUnsupported, "onednn: resampling input is not a kernel input");
