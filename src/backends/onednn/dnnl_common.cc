@@ -52,7 +52,9 @@ std::string backend_version() {
   // non-temporal stores into a caller's tensor had crashed; a failure cached for it is tried
   // again. 29: a layout copy of a 2-4 channel image between channel-first and channels-last is
   // collage's channel transpose (channel_transpose.h). 30: a Resize oneDNN's resampling does
-  // not compute is collage's taps step (taps_resize.h); a failure cached for one is tried again.
+  // not compute is collage's taps step (taps_resize.h), and the functions oneDNN has no
+  // eltwise for (Sin, Floor, Sign, a lone Erf...) a step of their own (unary_math.h); a
+  // failure cached for a region holding one is tried again.
   constexpr int kKernelRevision = 30;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
@@ -427,6 +429,12 @@ float* custom_step_data(const dnnl_exec_arg_t* args, int count, int arg) {
   for (int i = 0; i < count && !p; ++i)
     if (args[i].arg == arg) dnnl_memory_get_data_handle(args[i].memory, &p);
   return static_cast<float*>(p);
+}
+
+bool flat_f32(const dnnl::memory& m, int64_t numel) {
+  const dnnl::memory::desc md = m.get_desc();
+  return md.data.data_type == dnnl_f32 && md.data.offset0 == 0 &&
+         md.get_size() == static_cast<size_t>(numel) * sizeof(float);
 }
 
 bool is_graph_output(const Graph& g, ValueId v) {

@@ -276,6 +276,10 @@ class ProgramKernel : public Kernel {
 // The float data of argument `arg` of a custom step's `args` (as Program::add_custom bound
 // them), or nullptr when the step has no such argument.
 float* custom_step_data(const dnnl_exec_arg_t* args, int count, int arg);
+// Whether memory `m` holds `numel` float32 elements one after another from its data handle
+// on (no offset, no gaps, no padding): what a custom step walking its buffer as a flat array
+// (custom_step_data) may be given.
+bool flat_f32(const dnnl::memory& m, int64_t numel);
 
 // Whether `v` is one of `g`'s outputs.
 bool is_graph_output(const Graph& g, ValueId v);

@@ -7,6 +7,7 @@
 #include "backends/onednn/select_kernel.h"
 #include "backends/onednn/squeeze_excite.h"
 #include "backends/onednn/taps_resize.h"
+#include "backends/onednn/unary_math.h"
 
 namespace collage::onednn {
 namespace {
@@ -181,6 +182,7 @@ void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algo
   if ((t == "Reshape" && sub.num_nodes() == 3) || layout_head(sub, first))
     return emit_layout(sub, values);
   if (t == "Where") return emit_select(sub, values);
+  if (sub.num_nodes() == 1 && unary_math_takes(sub, first)) return emit_unary_math(sub, values);
   if (t == "Conv" && conv_dw_group(sub))
     return emit_conv_dw(sub, values, conv_algorithm, pair_form);
   if (t == "Conv" || t == "ConvTranspose") return emit_conv(sub, values, conv_algorithm);

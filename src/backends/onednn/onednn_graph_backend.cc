@@ -25,12 +25,15 @@ std::vector<std::string> region_ops() {
   std::vector<std::string> ops;
   for (const Family& f : families())
     if (f.emit) ops.insert(ops.end(), f.ops.begin(), f.ops.end());
-  // Views, and the glue between primitives (layout_kernel.cc).
-  // Erf only inside an exported GELU, Where only of a constant condition (region_node says).
+  // Views, and the glue between primitives (layout_kernel.cc); Where only of a constant
+  // condition (region_node says); the functions oneDNN has no eltwise for (unary_math.h).
   for (const char* op :
-       {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Concat", "Slice", "Split",
-        "Transpose", "Pad", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd",
-        "DepthToSpace", "SpaceToDepth", "Erf", "Where"})
+       {"Flatten",   "Reshape",   "Squeeze",    "Unsqueeze",    "Identity",     "Concat",
+        "Slice",     "Split",     "Transpose",  "Pad",          "ReduceMean",   "ReduceMax",
+        "ReduceMin", "ReduceSum", "ReduceProd", "DepthToSpace", "SpaceToDepth", "Erf",
+        "Where",     "Sin",       "Cos",        "Tan",          "Asin",         "Acos",
+        "Atan",      "Sinh",      "Cosh",       "Asinh",        "Acosh",        "Atanh",
+        "Floor",     "Ceil",      "Sign",       "Softsign"})
     if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
   for (const auto* list : {&unary_ops(), &binary_ops()})
     for (const std::string& op : *list)

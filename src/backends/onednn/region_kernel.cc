@@ -19,6 +19,7 @@
 #include "backends/onednn/lane_memo.h"
 #include "backends/onednn/select_kernel.h"
 #include "backends/onednn/squeeze_excite.h"
+#include "backends/onednn/unary_math.h"
 
 namespace collage::onednn {
 namespace {
@@ -146,7 +147,9 @@ class RegionCompiler {
       return group;
     if (node.op_type == "Pow" && take_whole(rms_norm_nodes(region_, consumers_, head)))
       return group;
-    if (is_view_op(node) || layout_head(region_, node) || node.op_type == "Where") return group;
+    if (is_view_op(node) || layout_head(region_, node) || node.op_type == "Where" ||
+        unary_math_takes(region_, node))
+      return group;
     // Layer normalization and softmax take no post-ops (oneDNN 2.6).
     if (const Family* f = family_of(node.op_type); f && f->name == "norm") return group;
     ValueId cur = node.outputs[0];
@@ -366,6 +369,7 @@ bool region_node(const Graph& g, const Node& n) {
     return is_f32(g, n.input(0)) && g.value(n.input(0)).shape_known;
   if (t == "ReduceMean" && in_layer_norm(g, g.consumers(), g.value(n.outputs[0]).producer))
     return true;
+  if (unary_math_takes(g, n)) return true;  // a lone Erf too (unary_math.h)
   if (t == "Erf") return gelu_around_erf(g, g.consumers(), n).has_value();
   if (t == "Where") return select_takes(g, n);
   if (t == "Conv" || t == "ConvTranspose") {

@@ -172,7 +172,12 @@ void emit_taps_resize(const Graph& sub, ValueMemories& values) {
   if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: resize input is not a kernel input");
   const Shape &xs = sub.value(x).shape, &ys = sub.value(y).shape;
   const dnnl::memory src = values.read(x, *channels_last_md(xs));
-  const dnnl::memory dst = values.destination(y, *channels_last_md(ys));
+  dnnl::memory dst = values.destination(y, *channels_last_md(ys));
+  // The step walks both as flat arrays (a concatenation's slice, with gaps, is written by a
+  // copy after it).
+  if (!flat_f32(dst, shape_numel(ys))) dst = values.fresh_destination(y, *channels_last_md(ys));
+  if (!flat_f32(src, shape_numel(xs)))
+    fail(ErrorKind::kInternal, "onednn: a channels-last read of {} is not flat", node.name);
   auto step = std::make_shared<TapsResize>(std::move(*resize));
   values.program().add_custom(
       kTapsResizeStep,
