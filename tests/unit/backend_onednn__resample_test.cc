@@ -188,6 +188,36 @@ TEST(OnednnResample, OtherFormsRunAsCollagesTapsStep) {
   }
 }
 
+// A UNet step with an odd size: the taps resize's output is concatenated with the skip
+// (its home a channel slice of the concatenation, which a flat step cannot write in place)
+// and so is a Sin of it; in a region, against the reference.
+TEST(OnednnResample, ATapsResizeAndAStepOfCollagesFeedingAConcat) {
+  using testing::attr_i;
+  using testing::attr_ints;
+  for (const Form& form :
+       {Form{"nearest", "asymmetric", "floor"}, Form{"cubic", "half_pixel", ""}}) {
+    GraphBuilder b;
+    ValueId deep = b.input("deep", DType::kFloat32, {1, 16, 7, 7});
+    ValueId skip = b.input("skip", DType::kFloat32, {1, 16, 13, 13});
+    auto conv = [&](ValueId v, int64_t cin, const std::string& name) {
+      return b.add1("Conv",
+                    {v, b.random_constant(name + "_w", {16, cin, 3, 3}),
+                     b.random_constant(name + "_b", {16})},
+                    {{"pads", attr_ints({1, 1, 1, 1})}});
+    };
+    const ValueId low = conv(deep, 16, "deep");
+    const ValueId up = b.add1(
+        "Resize",
+        {low, kNoValue, kNoValue,
+         b.constant("sizes", Tensor::from_vector<int64_t>({4}, {1, 16, 13, 13}))},
+        {{"mode", attr_s(form.mode)}, {"coordinate_transformation_mode", attr_s(form.coord)}});
+    const ValueId wave = b.add1("Sin", {conv(skip, 16, "skip")});
+    const ValueId cat = b.add1("Concat", {up, wave}, {{"axis", attr_i(1)}});
+    b.output(conv(cat, 32, "head"));
+    expect_fast_and_like_reference(onednn_graph(), b.graph(), form.mode + " into a concat");
+  }
+}
+
 // What no backend but reference computes: tf_crop_and_resize sampling outside its input
 // (extrapolation), and a resize of the channels.
 TEST(OnednnResample, ExtrapolationAndResizedChannelsAreRefused) {
