@@ -54,6 +54,14 @@ ValueId resize(GraphBuilder& b, ValueId x, const std::vector<float>& factors, co
   return b.add1("Resize", inputs, attrs);
 }
 
+// A 3x3 conv of `v` (its channels read from the graph) to 16 channels, padded to keep the size.
+ValueId conv16(GraphBuilder& b, ValueId v, const std::string& name) {
+  return b.add1("Conv",
+                {v, b.random_constant(name + "_w", {16, b.graph().value(v).shape[1], 3, 3}),
+                 b.random_constant(name + "_b", {16})},
+                {{"pads", testing::attr_ints({1, 1, 1, 1})}});
+}
+
 using testing::expect_fast_and_like_reference;
 using testing::onednn;
 using testing::onednn_graph;
@@ -127,7 +135,6 @@ TEST(OnednnResample, LegacyUpsampleIsNearestFloor) {
 TEST(OnednnResample, OtherFormsRunAsCollagesTapsStep) {
   using testing::attr_f;
   using testing::attr_i;
-  using testing::attr_ints;
   const std::vector<std::pair<Form, std::vector<float>>> forms = {
       {{"linear", "align_corners", ""}, {2, 2}},
       {{"linear", "asymmetric", ""}, {1.5f, 0.75f}},
@@ -172,14 +179,8 @@ TEST(OnednnResample, OtherFormsRunAsCollagesTapsStep) {
     if (spatial != 2) continue;
     GraphBuilder r;
     const ValueId in = r.input("x", DType::kFloat32, {1, 8, shape[2], shape[3]});
-    auto conv = [&](ValueId v, const std::string& name) {
-      return r.add1("Conv",
-                    {v, r.random_constant(name + "_w", {16, r.graph().value(v).shape[1], 3, 3}),
-                     r.random_constant(name + "_b", {16})},
-                    {{"pads", attr_ints({1, 1, 1, 1})}});
-    };
-    const ValueId up = resize(r, conv(in, "a"), factors, form, by_sizes);
-    r.output(conv(r.add1("Relu", {up}), "b"));
+    const ValueId up = resize(r, conv16(r, in, "a"), factors, form, by_sizes);
+    r.output(conv16(r, r.add1("Relu", {up}), "b"));
     expect_fast_and_like_reference(onednn_graph(), r.graph(), what + " in a region");
     const testing::ProgramSteps region =
         testing::steps_of(*onednn_graph().compile(r.graph(), testing::test_options()));
@@ -193,27 +194,20 @@ TEST(OnednnResample, OtherFormsRunAsCollagesTapsStep) {
 // and so is a Sin of it; in a region, against the reference.
 TEST(OnednnResample, ATapsResizeAndAStepOfCollagesFeedingAConcat) {
   using testing::attr_i;
-  using testing::attr_ints;
   for (const Form& form :
        {Form{"nearest", "asymmetric", "floor"}, Form{"cubic", "half_pixel", ""}}) {
     GraphBuilder b;
     ValueId deep = b.input("deep", DType::kFloat32, {1, 16, 7, 7});
     ValueId skip = b.input("skip", DType::kFloat32, {1, 16, 13, 13});
-    auto conv = [&](ValueId v, int64_t cin, const std::string& name) {
-      return b.add1("Conv",
-                    {v, b.random_constant(name + "_w", {16, cin, 3, 3}),
-                     b.random_constant(name + "_b", {16})},
-                    {{"pads", attr_ints({1, 1, 1, 1})}});
-    };
-    const ValueId low = conv(deep, 16, "deep");
+    const ValueId low = conv16(b, deep, "deep");
     const ValueId up = b.add1(
         "Resize",
         {low, kNoValue, kNoValue,
          b.constant("sizes", Tensor::from_vector<int64_t>({4}, {1, 16, 13, 13}))},
         {{"mode", attr_s(form.mode)}, {"coordinate_transformation_mode", attr_s(form.coord)}});
-    const ValueId wave = b.add1("Sin", {conv(skip, 16, "skip")});
+    const ValueId wave = b.add1("Sin", {conv16(b, skip, "skip")});
     const ValueId cat = b.add1("Concat", {up, wave}, {{"axis", attr_i(1)}});
-    b.output(conv(cat, 32, "head"));
+    b.output(conv16(b, cat, "head"));
     expect_fast_and_like_reference(onednn_graph(), b.graph(), form.mode + " into a concat");
   }
 }
@@ -250,18 +244,12 @@ TEST(OnednnResample, UpsamplingInsideARegionAndWithATail) {
     GraphBuilder b;
     ValueId deep = b.input("deep", DType::kFloat32, {1, 16, 7, 7});
     ValueId skip = b.input("skip", DType::kFloat32, {1, 8, 14, 14});
-    auto conv = [&](ValueId v, int64_t cin, const std::string& name) {
-      return b.add1("Conv",
-                    {v, b.random_constant(name + "_w", {16, cin, 3, 3}),
-                     b.random_constant(name + "_b", {16})},
-                    {{"pads", testing::attr_ints({1, 1, 1, 1})}});
-    };
     const Form form = std::string(mode) == "nearest" ? Form{"nearest", "asymmetric", "floor"}
                                                      : Form{"linear", "pytorch_half_pixel", ""};
-    ValueId up = resize(b, conv(deep, 16, "deep"), {2, 2}, form, false);
-    ValueId sum = b.add1("Add", {up, conv(skip, 8, "skip")});
+    ValueId up = resize(b, conv16(b, deep, "deep"), {2, 2}, form, false);
+    ValueId sum = b.add1("Add", {up, conv16(b, skip, "skip")});
     ValueId out = b.add1("Relu", {sum});
-    b.output(conv(out, 16, "head"));
+    b.output(conv16(b, out, "head"));
     expect_fast_and_like_reference(onednn_graph(), b.graph(), std::string(mode) + " region");
 
     // On onednn alone: an eltwise tail is a post-op of the jit kernel; an addend is not
