@@ -9,6 +9,7 @@
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/region_kernel.h"
+#include "backends/onednn/unary_math.h"
 #include "backends/onednn/winograd_conv.h"
 #include "collage/backend.h"
 
@@ -26,16 +27,15 @@ std::vector<std::string> region_ops() {
   for (const Family& f : families())
     if (f.emit) ops.insert(ops.end(), f.ops.begin(), f.ops.end());
   // Views, and the glue between primitives (layout_kernel.cc); Where only of a constant
-  // condition (region_node says); the functions oneDNN has no eltwise for (unary_math.h).
+  // condition (region_node says).
   for (const char* op :
-       {"Flatten",   "Reshape",   "Squeeze",    "Unsqueeze",    "Identity",     "Concat",
-        "Slice",     "Split",     "Transpose",  "Pad",          "ReduceMean",   "ReduceMax",
-        "ReduceMin", "ReduceSum", "ReduceProd", "DepthToSpace", "SpaceToDepth", "Erf",
-        "Where",     "Sin",       "Cos",        "Tan",          "Asin",         "Acos",
-        "Atan",      "Sinh",      "Cosh",       "Asinh",        "Acosh",        "Atanh",
-        "Floor",     "Ceil",      "Sign",       "Softsign"})
+       {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Concat", "Slice", "Split",
+        "Transpose", "Pad", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd",
+        "DepthToSpace", "SpaceToDepth", "Erf", "Where"})
     if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
-  for (const auto* list : {&unary_ops(), &binary_ops()})
+  // The elementwise ops: the functions oneDNN has no eltwise for (steps of collage's own,
+  // unary_math.h), its eltwise and binary ones.
+  for (const auto* list : {&unary_math_ops(), &unary_ops(), &binary_ops()})
     for (const std::string& op : *list)
       if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
   return ops;

@@ -51,6 +51,15 @@ dnnl_status_t apply(Function f, const float* x, float* y, int64_t n) {
 
 }  // namespace
 
+const std::vector<std::string>& unary_math_ops() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& [name, f] : functions()) v.push_back(name);
+    return v;
+  }();
+  return names;
+}
+
 bool unary_math_takes(const Graph& g, const Node& n) {
   return n.domain.empty() && functions().count(n.op_type) && n.inputs.size() == 1 &&
          n.outputs.size() == 1 && is_f32(g, n.input(0)) && is_f32(g, n.outputs[0]) &&

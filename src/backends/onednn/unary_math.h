@@ -7,11 +7,16 @@
 // root; a positional or periodic feature computes Sin/Cos of an activation).
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "backends/onednn/value_memories.h"
 #include "collage/graph.h"
 
 namespace collage::onednn {
 
+// Those ops' names (what onednn-graph's patterns list).
+const std::vector<std::string>& unary_math_ops();
 // Whether node `n` is one of those ops on float32 values.
 bool unary_math_takes(const Graph& g, const Node& n);
 // Emits one-node group `sub` unary_math_takes accepts.
