@@ -266,6 +266,27 @@ void for_each_row(const BroadcastPlan& plan, RowFn&& row) {
   for (int64_t c = 0; c < chunks; ++c) run_range(rows * c / chunks, rows * (c + 1) / chunks);
 }
 
+// to[i] = the element of `from` (one operand's data) that output element i reads under
+// one-operand `plan` (numpy broadcasting), converted to `To`.
+template <typename T, typename To = T>
+void broadcast_copy(const BroadcastPlan& plan, const T* from, To* to) {
+  for_each_row(plan, [&](int64_t base, const std::array<int64_t, kMaxOperands>& off, int64_t n) {
+    for (int64_t j = 0; j < n; ++j)
+      to[base + j] = static_cast<To>(from[off[0] + j * plan.inner_stride[0]]);
+  });
+}
+
+// `t`'s elements (of type T) in `out`'s shape as `To` (the shapes broadcast: checked by shape
+// inference). Never a std::vector<bool>: for_each_row fills big outputs from several threads,
+// and that vector's elements share bytes.
+template <typename T, typename To = T>
+std::vector<To> broadcast_elements(const Tensor& t, const Shape& out) {
+  const BroadcastPlan plan = make_broadcast_plan(out, {t.shape()});
+  std::vector<To> values(static_cast<size_t>(plan.numel));
+  broadcast_copy(plan, t.data<T>(), values.data());
+  return values;
+}
+
 // out[i] = f(a[i], b[i]) under `plan` (two operands). Contiguous and scalar operands get
 // their own loops so the compiler can vectorise them.
 template <typename A, typename B, typename O, typename F>

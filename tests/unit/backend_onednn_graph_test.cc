@@ -9,6 +9,7 @@
 
 #include "backend_test_util.h"
 #include "backends/onednn/dnnl_common.h"
+#include "backends/onednn/masked_select.h"
 #include "backends/onednn/region_kernel.h"
 #include "collage/backend.h"
 #include "collage/session.h"
@@ -745,12 +746,19 @@ TEST(OnednnGraphBackend, WhereOfAConstantMaskInRegion) {
     expect_like_reference(b.graph(), what);
     expect_all_placed(b.graph(), what);
   }
-  // A condition computed in the model is not a mask the region can expand at compile.
+  // A condition computed in the model is no mask the region expands at compile: the Where and
+  // its comparison are one step of another kind (masked_select.h).
   GraphBuilder b;
   ValueId x = b.input("x", DType::kFloat32, {1, 4, 5});
   ValueId c = b.add1("Greater", {x, b.constant("zero", Tensor::scalar(0.0f))});
   b.output(b.add1("Where", {c, x, b.constant("fill", Tensor::scalar(-1.0f))}));
-  EXPECT_FALSE(onednn::region_node(b.graph(), b.graph().node(1)));
+  EXPECT_TRUE(onednn::region_node(b.graph(), b.graph().node(0)));
+  EXPECT_TRUE(onednn::region_node(b.graph(), b.graph().node(1)));
+  const testing::ProgramSteps steps =
+      testing::steps_of(*onednn_graph().compile(b.graph(), testing::test_options()));
+  EXPECT_EQ(steps.count(onednn::kMaskedSelectStep), 1);
+  EXPECT_EQ(steps.count("select"), 0);
+  expect_like_reference(b.graph(), "a computed condition");
 }
 
 // NASNet's branches each apply their own Relu (and pool) to one cell input: a region

@@ -4,6 +4,7 @@
 
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/kernels.h"
+#include "backends/onednn/masked_select.h"
 #include "backends/onednn/select_kernel.h"
 #include "backends/onednn/squeeze_excite.h"
 #include "backends/onednn/taps_resize.h"
@@ -181,6 +182,7 @@ void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algo
   if (t == "Pow" && rms_norm_group(sub)) return emit_rms_norm(sub, values);
   if ((t == "Reshape" && sub.num_nodes() == 3) || layout_head(sub, first))
     return emit_layout(sub, values);
+  if (masked_select_group(sub)) return emit_masked_select(sub, values);
   if (t == "Where") return emit_select(sub, values);
   if (sub.num_nodes() == 1 && unary_math_takes(sub, first)) return emit_unary_math(sub, values);
   if (t == "Conv" && conv_dw_group(sub))

@@ -8,6 +8,7 @@
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
+#include "backends/onednn/masked_select.h"
 #include "backends/onednn/region_kernel.h"
 #include "backends/onednn/unary_math.h"
 #include "backends/onednn/winograd_conv.h"
@@ -26,16 +27,16 @@ std::vector<std::string> region_ops() {
   std::vector<std::string> ops;
   for (const Family& f : families())
     if (f.emit) ops.insert(ops.end(), f.ops.begin(), f.ops.end());
-  // Views, and the glue between primitives (layout_kernel.cc); Where only of a constant
-  // condition (region_node says).
+  // Views, and the glue between primitives (layout_kernel.cc).
   for (const char* op :
        {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Concat", "Slice", "Split",
         "Transpose", "Pad", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd",
-        "DepthToSpace", "SpaceToDepth", "Erf", "Where"})
+        "DepthToSpace", "SpaceToDepth", "Erf"})
     if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
   // The elementwise ops: the functions oneDNN has no eltwise for (steps of collage's own,
-  // unary_math.h), its eltwise and binary ones.
-  for (const auto* list : {&unary_math_ops(), &unary_ops(), &binary_ops()})
+  // unary_math.h), its eltwise and binary ones; Where with the nodes computing its condition
+  // (masked_select.h; a Where of a constant condition on its own, select_kernel.h).
+  for (const auto* list : {&unary_math_ops(), &unary_ops(), &binary_ops(), &masked_select_ops()})
     for (const std::string& op : *list)
       if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
   return ops;
@@ -43,8 +44,9 @@ std::vector<std::string> region_ops() {
 
 // Units that a region of at most kMaxRegionNodes nodes could only cut in pieces none of which
 // compiles (region_node takes their ReduceMean and Erf only whole): the exported LayerNorm
-// decomposition (nine nodes with its scale and shift) and a head whose tail holds an
-// exported erf GELU (MatMul, bias Add, five GELU nodes). The single-backend placement takes
+// decomposition (nine nodes with its scale and shift), a head whose tail holds an exported
+// erf GELU (MatMul, bias Add, five GELU nodes), and a Where with the nodes computing its
+// condition (masked_select.h: a bool leaves no group). The single-backend placement takes
 // the largest match at each node, so without them ConvNeXt's blocks ran their LayerNorm and
 // Erf on the fallback.
 std::vector<Match> whole_units(const Graph& g) {
@@ -55,6 +57,11 @@ std::vector<Match> whole_units(const Graph& g) {
       if (std::optional<std::vector<NodeId>> ln =
               layer_norm_nodes(g, consumers, static_cast<NodeId>(n)))
         out.push_back(Match{*ln});
+  for (size_t n = 0; n < g.num_nodes(); ++n)
+    if (std::optional<std::vector<NodeId>> unit =
+            masked_select_nodes(g, consumers, static_cast<NodeId>(n));
+        unit && unit->size() > 1)
+      out.push_back(Match{*unit});
   for (Match& m : grow_tails(g)) {
     const bool erf = std::any_of(m.nodes.begin(), m.nodes.end(),
                                  [&](NodeId n) { return g.node(n).op_type == "Erf"; });
@@ -69,6 +76,13 @@ std::vector<Match> whole_units(const Graph& g) {
 // four producer edges below its Erf or first ReduceMean, except the GELU's scaling, which the
 // Erf reads.
 bool in_whole_unit(const Graph& g, const Node& n) {
+  if (std::find(masked_select_ops().begin(), masked_select_ops().end(), n.op_type) !=
+          masked_select_ops().end() &&
+      !n.outputs.empty() && n.outputs[0] != kNoValue) {
+    const std::optional<std::vector<NodeId>> unit =
+        masked_unit_holding(g, g.consumers(), g.value(n.outputs[0]).producer);
+    if (unit && unit->size() > 1) return true;
+  }
   static const std::set<std::string> kUnitOps = {"ReduceMean", "Sub", "Pow", "Add",
                                                  "Sqrt",       "Div", "Mul", "Erf"};
   if (!kUnitOps.count(n.op_type) || n.outputs.empty() || n.outputs[0] == kNoValue) return false;

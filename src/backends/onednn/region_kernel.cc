@@ -17,6 +17,7 @@
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/lane_memo.h"
+#include "backends/onednn/masked_select.h"
 #include "backends/onednn/select_kernel.h"
 #include "backends/onednn/squeeze_excite.h"
 #include "backends/onednn/unary_math.h"
@@ -147,6 +148,12 @@ class RegionCompiler {
       return group;
     if (node.op_type == "Pow" && take_whole(rms_norm_nodes(region_, consumers_, head)))
       return group;
+    // A Where of a computed condition and the nodes computing it are one group (one step,
+    // masked_select.h); a member whose unit another group holds in part fails to emit.
+    if (std::optional<std::vector<NodeId>> unit = masked_unit_holding(region_, consumers_, head)) {
+      take_whole(unit);
+      return group;
+    }
     if (is_view_op(node) || layout_head(region_, node) || node.op_type == "Where" ||
         unary_math_takes(region_, node))
       return group;
@@ -371,7 +378,10 @@ bool region_node(const Graph& g, const Node& n) {
     return true;
   if (unary_math_takes(g, n)) return true;  // a lone Erf too (unary_math.h)
   if (t == "Erf") return gelu_around_erf(g, g.consumers(), n).has_value();
-  if (t == "Where") return select_takes(g, n);
+  if (t == "Where" && select_takes(g, n)) return true;
+  if (std::find(masked_select_ops().begin(), masked_select_ops().end(), t) !=
+      masked_select_ops().end())
+    return masked_unit_holding(g, g.consumers(), g.value(n.outputs[0]).producer).has_value();
   if (t == "Conv" || t == "ConvTranspose") {
     const size_t rank = g.value(n.input(0)).shape.size();
     if (rank < 3 || rank > 5) return false;

@@ -12,8 +12,6 @@
 namespace collage::onednn {
 namespace {
 
-using ops::elem::BroadcastPlan;
-using ops::elem::kMaxOperands;
 using ops::elem::kParallelThreshold;
 
 // Which input of Where `n` is the value selected from (1 or 2), or 0 when the node is not
@@ -33,21 +31,6 @@ size_t selected_input(const Graph& g, const Node& n) {
       return x;
   }
   return 0;
-}
-
-// `t`'s elements (of type T) in `out`'s shape as `To`, broadcast as numpy does (the shapes
-// broadcast: checked by shape inference). Never a std::vector<bool>: for_each_row fills big
-// outputs from several threads, and that vector's elements share bytes.
-template <typename T, typename To = T>
-std::vector<To> expanded(const Tensor& t, const Shape& out) {
-  const BroadcastPlan plan = ops::elem::make_broadcast_plan(out, {t.shape()});
-  std::vector<To> values(static_cast<size_t>(plan.numel));
-  const T* from = t.data<T>();
-  ops::elem::for_each_row(
-      plan, [&](int64_t base, const std::array<int64_t, kMaxOperands>& off, int64_t n) {
-        for (int64_t j = 0; j < n; ++j) values[base + j] = from[off[0] + j * plan.inner_stride[0]];
-      });
-  return values;
 }
 
 class SelectStep {
@@ -95,12 +78,12 @@ void emit_select(const Graph& sub, ValueMemories& values) {
   const Shape& shape = sub.value(n.outputs[0]).shape;
   // Where(c, x, fill) keeps x where c holds; Where(c, fill, x) where it does not.
   std::vector<unsigned char> keep =
-      expanded<bool, unsigned char>(sub.value(n.input(0)).constant, shape);
+      ops::elem::broadcast_elements<bool, unsigned char>(sub.value(n.input(0)).constant, shape);
   if (x == 2)
     for (unsigned char& k : keep) k = !k;
   const Tensor& fill = sub.value(n.input(3 - x)).constant;
-  std::vector<float> fills =
-      fill.numel() == 1 ? std::vector<float>{fill.data<float>()[0]} : expanded<float>(fill, shape);
+  std::vector<float> fills = fill.numel() == 1 ? std::vector<float>{fill.data<float>()[0]}
+                                               : ops::elem::broadcast_elements<float>(fill, shape);
   auto step = std::make_shared<SelectStep>(std::move(keep), std::move(fills));
   const dnnl::memory src = values.read(n.input(x), plain_md(shape));
   const dnnl::memory dst = values.destination(n.outputs[0], plain_md(shape));
