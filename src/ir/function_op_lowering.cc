@@ -16,6 +16,9 @@
 //     axes)^(1/p); |x|^p is Abs for p = 1 and x * x for p = 2, the root Sqrt for p = 2.
 //     Neither op is ONNX's function, but the reference's pooling loop was the only kernel for
 //     them, and pooling, reductions and eltwise ops are oneDNN's jit primitives.
+//   - ThresholdedRelu(x) = Where(x > alpha, x, 0), Shrink(x) = Where(x < -lambd, x + bias,
+//     Where(x > lambd, x - bias, 0)) (ONNX's function bodies): comparisons under a Where,
+//     which onednn-graph regions take as one step (masked_select.h) and halide fuses.
 // Only float32 values: the fast backends' type. ReduceLogSumExp stays (its plain composition
 // overflows where the reference kernel subtracts the maximum first).
 #include "ir/model_passes.h"
@@ -180,6 +183,37 @@ bool lower_lp_pool(Graph& graph, const Node& node) {
   return true;
 }
 
+// ThresholdedRelu and Shrink as Wheres of comparisons.
+bool lower_threshold(Graph& graph, const Node& node) {
+  const ValueId x = node.input(0), y = node.outputs[0];
+  int count = 0;
+  auto constant = [&](const char* what, float v) {
+    return append_float_constant(graph, node.name, count, what, v);
+  };
+  auto out = [&](NodeId n) { return graph.node(n).outputs[0]; };
+  if (node.op_type == "ThresholdedRelu") {
+    const NodeId above =
+        append_lowered_node(graph, node.name, count, "Greater",
+                            {x, constant("alpha", node.attr_float("alpha", 1.0f))}, {});
+    append_lowered_node(graph, node.name, count, "Where", {out(above), x, constant("zero", 0.0f)},
+                        {}, y);
+    return true;
+  }
+  const float bias = node.attr_float("bias", 0.0f), lambd = node.attr_float("lambd", 0.5f);
+  const NodeId above =
+      append_lowered_node(graph, node.name, count, "Greater", {x, constant("lambd", lambd)}, {});
+  const NodeId minus =
+      append_lowered_node(graph, node.name, count, "Sub", {x, constant("bias", bias)}, {});
+  const NodeId upper = append_lowered_node(graph, node.name, count, "Where",
+                                           {out(above), out(minus), constant("zero", 0.0f)}, {});
+  const NodeId below = append_lowered_node(graph, node.name, count, "Less",
+                                           {x, constant("minus_lambd", -lambd)}, {});
+  const NodeId plus =
+      append_lowered_node(graph, node.name, count, "Add", {x, constant("bias", bias)}, {});
+  append_lowered_node(graph, node.name, count, "Where", {out(below), out(plus), out(upper)}, {}, y);
+  return true;
+}
+
 }  // namespace
 
 void lower_function_ops(Graph& graph) {
@@ -189,6 +223,7 @@ void lower_function_ops(Graph& graph) {
       return false;
     const std::string& t = node.op_type;
     if (t == "Selu" || t == "Celu") return lower_scaled_elu(g, node);
+    if (t == "ThresholdedRelu" || t == "Shrink") return lower_threshold(g, node);
     if (t == "Sum" || t == "Mean" || t == "Max" || t == "Min") {
       for (const ValueId v : node.inputs)
         if (!f32(g, v)) return false;

@@ -83,16 +83,23 @@ void lower_edge_pads(Graph& graph);
 // Concats (gather_tile_lowering.cc); the others stay.
 void lower_gathers_and_tiles(Graph& graph);
 
-// Replaces each Sum, Mean, Max and Min of one or more than two inputs, Selu, Celu, ReduceL1,
-// ReduceL2, ReduceSumSquare and ReduceLogSum over float32 values with the simpler ops ONNX
-// defines them by, and LpPool / GlobalLpPool with a pooled or reduced sum of powers and its
-// root (function_op_lowering.cc); the others stay (the reference kernel runs them).
+// Replaces each Sum, Mean, Max and Min of one or more than two inputs, Selu, Celu,
+// ThresholdedRelu, Shrink, ReduceL1, ReduceL2, ReduceSumSquare and ReduceLogSum over float32
+// values with the simpler ops ONNX defines them by, and LpPool / GlobalLpPool with a pooled or
+// reduced sum of powers and its root (function_op_lowering.cc); the others stay (the reference
+// kernel runs them).
 void lower_function_ops(Graph& graph);
 
 // Makes each reader of an Expand's output that broadcasts its inputs anyway (Add, Mul, Where,
 // ...) read the Expand's input instead, where its output keeps its shape: F.normalize's Div
 // reads its norm through one (passes.cc). An Expand left with no reader is then dead code.
 void bypass_broadcast_expands(Graph& graph);
+
+// Gives each float32 Add, Sub, Mul, Div, Max and Min whose two inputs both broadcast (neither
+// has the output's shape: x.mean(2) * x.mean(3), an outer sum) an Expand of one of them to
+// the output's shape, so that it reads one full operand, which oneDNN's binary primitive
+// needs (passes.cc). Runs after bypass_broadcast_expands, which would take the Expand away.
+void expand_two_sided_broadcasts(Graph& graph);
 
 // Drops the constants infer_shapes attached to node outputs, so every node computes its
 // outputs at run time (import without optimisation).

@@ -377,6 +377,7 @@ Graph load_impl(std::string_view bytes, const std::string& base_dir, const LoadO
       lower_gathers_and_tiles(graph);
       remove_identities(graph);  // also what the lowering leaves ("ij->ij": an Identity)
       bypass_broadcast_expands(graph);
+      expand_two_sided_broadcasts(graph);
       fold_constants(graph, options);
       fold_batch_norms(graph);
       remove_dead_code(graph);

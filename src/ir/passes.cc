@@ -483,6 +483,38 @@ void bypass_broadcast_expands(Graph& graph) {
   }
 }
 
+void expand_two_sided_broadcasts(Graph& graph) {
+  static const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div", "Max", "Min"};
+  lower_nodes(graph, [](Graph& g, const Node& node) {
+    if (!node.domain.empty() || !kBinary.count(node.op_type) || node.inputs.size() != 2 ||
+        node.outputs.size() != 1 || node.outputs[0] == kNoValue)
+      return false;
+    const Value& out = g.value(node.outputs[0]);
+    if (out.dtype != DType::kFloat32 || !out.shape_known) return false;
+    int expand = -1;  // the input to expand: a computed one, the larger if both are
+    int64_t largest = -1;
+    for (int k = 0; k < 2; ++k) {
+      const Value& in = g.value(node.inputs[k]);
+      if (!in.shape_known || in.shape == out.shape) return false;
+      int64_t numel = 1;
+      for (const int64_t d : in.shape) numel *= d;
+      if (!in.is_constant() && numel > largest) {
+        expand = k;
+        largest = numel;
+      }
+    }
+    if (expand < 0) return false;  // two constants: folded
+    int count = 0;
+    std::vector<ValueId> inputs = node.inputs;
+    const NodeId e = append_lowered_node(
+        g, node.name, count, "Expand",
+        {inputs[expand], append_int64_constant(g, node.name, count, "shape", out.shape)}, {});
+    inputs[expand] = g.node(e).outputs[0];
+    append_lowered_node(g, node.name, count, node.op_type, inputs, node.attrs, node.outputs[0]);
+    return true;
+  });
+}
+
 namespace {
 
 bool f32_constant(const Graph& graph, ValueId v) {

@@ -69,6 +69,21 @@ void register_activations(OpRegistry& r) {
     float alpha = n.attr_float("alpha", 0.01f);
     return [alpha](auto x) { return x < 0 ? static_cast<decltype(x)>(alpha) * x : x; };
   });
+  add_unary<FloatTypes>(r, "ThresholdedRelu", [](const Node& n) {
+    float alpha = n.attr_float("alpha", 1.0f);
+    return [alpha](auto x) {
+      using T = decltype(x);
+      return x > static_cast<T>(alpha) ? x : static_cast<T>(0);
+    };
+  });
+  add_unary<FloatTypes>(r, "Shrink", [](const Node& n) {
+    float bias = n.attr_float("bias", 0.0f), lambd = n.attr_float("lambd", 0.5f);
+    return [bias, lambd](auto x) {
+      using T = decltype(x);
+      const T l = static_cast<T>(lambd), b = static_cast<T>(bias);
+      return x < -l ? static_cast<T>(x + b) : x > l ? static_cast<T>(x - b) : static_cast<T>(0);
+    };
+  });
   add_unary<FloatTypes>(r, "Elu", [](const Node& n) {
     float alpha = n.attr_float("alpha", 1.0f);
     return [alpha](auto x) {

@@ -128,10 +128,11 @@ TEST(OnednnMaskedSelect, EachFormRunsInsideARegionLikeReference) {
         kernel->run(inputs, got);
         EXPECT_TRUE(outputs_match(got, want)) << what << " " << variant;
       }
-      // What a user of onednn-graph alone gets: every node placed there.
-      EXPECT_TRUE(
-          testing::expect_session_like_reference("onednn-graph", g, 2, inputs, want, what).empty())
-          << what;
+      // What a user of onednn-graph alone gets, or of onednn's kernels: every node placed there.
+      for (const char* backend : {"onednn-graph", "onednn"})
+        EXPECT_TRUE(
+            testing::expect_session_like_reference(backend, g, 2, inputs, want, what).empty())
+            << what << " on " << backend;
     }
 }
 

@@ -2,7 +2,8 @@
 // onednn programs (unary_math.h): each between two convolutions of one onednn-graph region
 // (its input in the convs' layout, values in its domain), in the channel-blocked variant
 // with a channel count the block pads (Cos(0) = 1 must not land in the padding), and a lone
-// Erf; each against the reference backend, one unary step, no reference primitive.
+// Erf; each against the reference backend, one unary step, no reference primitive; and each
+// as a kernel of op-level onednn.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -80,6 +81,12 @@ TEST(OnednnUnaryMath, EachFunctionRunsInsideARegionLikeReference) {
         EXPECT_TRUE(outputs_match(got, Session(g, SessionOptions{}).run(inputs)))
             << what << " " << variant;
       }
+      // onednn's own kernels (op level) take it too: nothing left to the fallback.
+      const std::vector<Tensor> inputs = random_inputs(g, 7);
+      EXPECT_TRUE(testing::expect_session_like_reference(
+                      "onednn", g, 2, inputs, Session(g, SessionOptions{}).run(inputs), what)
+                      .empty())
+          << what << " on onednn";
     }
 }
 

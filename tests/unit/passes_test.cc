@@ -399,10 +399,10 @@ TEST(LowerEdgePads, ComputesWhatTheReferencePadDoesAndLeavesNoHole) {
   }
 }
 
-// Selu, Celu, variadic Sum/Mean/Max/Min (one to four inputs, broadcast shapes) and ReduceL1,
-// ReduceL2, ReduceSumSquare and ReduceLogSum (random axes, keepdims or not, opsets 11 and 13)
-// are lowered on import to the ops ONNX defines them by, which compute what their reference
-// kernels do; between two elementwise ops onednn-graph then takes the whole graph as one
+// Selu, Celu, ThresholdedRelu, Shrink, variadic Sum/Mean/Max/Min (one to four inputs, broadcast
+// shapes) and ReduceL1, ReduceL2, ReduceSumSquare and ReduceLogSum (random axes, keepdims or not,
+// opsets 11 and 13) are lowered on import to the ops ONNX defines them by, which compute what their
+// reference kernels do; between two elementwise ops onednn-graph then takes the whole graph as one
 // region (before, the op was the reference kernel's and cut it). Binary Max and Min, and a
 // float64 Selu, stay as they are.
 TEST(LowerFunctionOps, ComputeWhatTheReferenceKernelsDoAndLeaveNoHole) {
@@ -422,7 +422,11 @@ TEST(LowerFunctionOps, ComputeWhatTheReferenceKernelsDoAndLeaveNoHole) {
            {"Selu", {}},
            {"Selu", {{"alpha", attr_f(1.3f)}, {"gamma", attr_f(0.8f)}}},
            {"Celu", {}},
-           {"Celu", {{"alpha", attr_f(0.4f)}}}}) {
+           {"Celu", {{"alpha", attr_f(0.4f)}}},
+           {"ThresholdedRelu", {}},
+           {"ThresholdedRelu", {{"alpha", attr_f(-0.3f)}}},
+           {"Shrink", {}},
+           {"Shrink", {{"bias", attr_f(0.2f)}, {"lambd", attr_f(0.7f)}}}}) {
     SCOPED_TRACE(fmt::format("{} with {} attributes", op, attrs.size()));
     testing::GraphBuilder b(13);
     ValueId y = b.add1("Tanh", {b.input("x", DType::kFloat32, random_shape(2 + rng() % 3))});
@@ -618,6 +622,67 @@ TEST(BypassBroadcastExpands, ReadersThatBroadcastAnywayReadTheExpandsInput) {
   const std::vector<Tensor> inputs = random_inputs(kept, 3);
   EXPECT_TRUE(testing::outputs_match(Session(bypassed, SessionOptions{}).run(inputs),
                                      Session(kept, SessionOptions{}).run(inputs), Tolerance{0, 0}));
+}
+
+// A binary op whose two inputs both broadcast (x.mean(2) * x.mean(3), an outer sum; random
+// shapes, ranks and which axes each keeps) gets an Expand of its larger computed input to the
+// output's shape on import; the Expand is a step of onednn's own, so onednn-graph takes the
+// whole graph as one region and onednn every node (both had left the op, or an Expand a Relu
+// reads, to the fallback), computing what the reference kernels do on the graph as written.
+// A one-sided broadcast stays as it is.
+TEST(ExpandTwoSidedBroadcasts, GiveBinaryOpsOneFullOperandAndLeaveNoHole) {
+  std::mt19937 rng(17);
+  int seed = 0;
+  for (const std::string op : {"Add", "Sub", "Mul", "Div", "Max", "Min"})
+    for (int trial = 0; trial < 2; ++trial) {
+      const size_t rank = 3 + rng() % 3;
+      Shape full, a, b_shape;
+      for (size_t d = 0; d < rank; ++d) full.push_back(2 + static_cast<int64_t>(rng() % 4));
+      a = b_shape = full;
+      // Each input drops a different axis (and the second maybe its leading ones too).
+      const size_t da = rng() % rank, db = (da + 1 + rng() % (rank - 1)) % rank;
+      a[da] = 1;
+      b_shape[db] = 1;
+      // (Only axes before both dropped ones: the output keeps its full shape.)
+      if (trial == 1) b_shape.erase(b_shape.begin(), b_shape.begin() + std::min(da, db));
+      SCOPED_TRACE(
+          fmt::format("{} of [{}] and [{}]", op, fmt::join(a, ","), fmt::join(b_shape, ",")));
+      testing::GraphBuilder b(13);
+      const ValueId x = b.add1("Tanh", {b.input("x", DType::kFloat32, a)});
+      // Div: a divisor away from zero.
+      const ValueId y = b.add1("Sigmoid", {b.input("y", DType::kFloat32, b_shape)});
+      b.output(b.add1("Relu", {b.add1(op, {x, y})}));
+      const auto [lowered, kept] = load_both_ways(b.graph());
+      EXPECT_EQ(op_list(lowered), "Tanh Sigmoid Expand " + op + " Relu ");
+      expect_lowered_runs_fast_and_right(lowered, kept, ++seed, Tolerance{0, 0});
+    }
+  // Against a constant that broadcasts too: the computed input is expanded.
+  {
+    testing::GraphBuilder b(13);
+    const ValueId r = b.add1("Tanh", {b.input("r", DType::kFloat32, {1, 1, 3, 3})});
+    b.output(b.add1("Add", {r, b.random_constant("c", {1, 4, 1, 1})}));
+    const auto [lowered, kept] = load_both_ways(b.graph());
+    EXPECT_EQ(op_list(lowered), "Tanh Expand Add ");
+    expect_lowered_runs_fast_and_right(lowered, kept, ++seed, Tolerance{0, 0});
+  }
+  // An Expand no reader bypasses (a Relu reads it), to a larger rank: one step of its own.
+  {
+    testing::GraphBuilder b(13);
+    const ValueId x = b.add1("Tanh", {b.input("x", DType::kFloat32, {3, 1, 5})});
+    const ValueId shape = b.constant("shape", Tensor::from_vector<int64_t>({4}, {2, 3, 4, 5}));
+    b.output(b.add1("Relu", {b.add1("Expand", {x, shape})}));
+    const auto [lowered, kept] = load_both_ways(b.graph());
+    EXPECT_EQ(op_list(lowered), "Tanh Expand Relu ");
+    expect_lowered_runs_fast_and_right(lowered, kept, ++seed, Tolerance{0, 0});
+  }
+  // What stays: one input has the output's shape.
+  {
+    testing::GraphBuilder b(13);
+    const ValueId x = b.add1("Tanh", {b.input("x", DType::kFloat32, {1, 4, 3, 3})});
+    b.output(b.add1("Mul", {x, b.add1("Tanh", {b.input("s", DType::kFloat32, {1, 4, 1, 1})})}));
+    const auto [lowered, kept] = load_both_ways(b.graph());
+    EXPECT_EQ(op_list(lowered), "Tanh Tanh Mul ");
+  }
 }
 
 }  // namespace

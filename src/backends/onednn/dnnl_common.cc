@@ -55,8 +55,9 @@ std::string backend_version() {
   // not compute is collage's taps step (taps_resize.h), and the functions oneDNN has no
   // eltwise for (Sin, Floor, Sign, a lone Erf...) a step of their own (unary_math.h); a
   // failure cached for a region holding one is tried again. 31: a Where of a computed condition
-  // and the nodes computing it are one step (masked_select.h); failures cached for regions
-  // holding a comparison are tried again.
+  // and the nodes computing it are one step (masked_select.h), an Expand a broadcast copy
+  // (expand_kernel.h); failures cached for regions holding a comparison or an Expand are
+  // tried again.
   constexpr int kKernelRevision = 31;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }

@@ -393,6 +393,16 @@ std::optional<std::vector<NodeId>> masked_unit_holding(const Graph& g, const Con
   return std::nullopt;
 }
 
+std::vector<Match> masked_select_matches(const Graph& g) {
+  const Consumers consumers = g.consumers();
+  std::vector<Match> out;
+  for (size_t n = 0; n < g.num_nodes(); ++n)
+    if (std::optional<std::vector<NodeId>> unit =
+            masked_select_nodes(g, consumers, static_cast<NodeId>(n)))
+      out.push_back(Match{*unit});
+  return out;
+}
+
 bool masked_select_group(const Graph& sub) {
   if (sub.num_nodes() == 0) return false;
   const NodeId last = static_cast<NodeId>(sub.num_nodes() - 1);

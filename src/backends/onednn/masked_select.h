@@ -16,6 +16,7 @@
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/value_memories.h"
 #include "collage/graph.h"
+#include "collage/pattern.h"
 
 namespace collage::onednn {
 
@@ -30,6 +31,9 @@ std::optional<std::vector<NodeId>> masked_select_nodes(const Graph& g, const Con
 // The unit (above) that holds node `n`, if any.
 std::optional<std::vector<NodeId>> masked_unit_holding(const Graph& g, const Consumers& consumers,
                                                        NodeId n);
+// Every unit of `g` (what onednn proposes as a kernel; onednn-graph its units of more than
+// one node, which its capped regions never take part of).
+std::vector<Match> masked_select_matches(const Graph& g);
 // Whether the nodes of `sub` are exactly one unit.
 bool masked_select_group(const Graph& sub);
 // Emits such a group.

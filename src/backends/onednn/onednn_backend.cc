@@ -5,10 +5,13 @@
 
 #include "backends/onednn/attention.h"
 #include "backends/onednn/epilogue.h"
+#include "backends/onednn/expand_kernel.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
+#include "backends/onednn/masked_select.h"
 #include "backends/onednn/region_kernel.h"
 #include "backends/onednn/squeeze_excite.h"
+#include "backends/onednn/unary_math.h"
 #include "collage/backend.h"
 
 namespace collage::onednn {
@@ -141,6 +144,13 @@ class OnednnBackend : public Backend {
         {"Softmax", op_in({"Softmax", "LogSoftmax"}).where(f32, "float32"), {}},
         {"Eltwise", op_in(unary_ops()).where(elementwise, "float32, constant parameters"), {}},
         {"Binary", op_in(binary_ops()).where(elementwise, "float32, one operand broadcast"), {}},
+        {"Expand",
+         op("Expand").where(expand_takes, "float32, constant shape (a step of collage's own)"),
+         {}},
+        {"UnaryMath",
+         op_in(unary_math_ops())
+             .where(unary_math_takes, "float32 (a step of collage's own: oneDNN has no eltwise)"),
+         {}},
         {"GeluErf", gelu_pattern(), gelu_check},
         {"LayerNormDecomposition", layer_norm_pattern(), layer_norm_check},
         {"RMSNormDecomposition", rms_norm_pattern(), rms_norm_check},
@@ -198,7 +208,13 @@ class OnednnBackend : public Backend {
         "(a squeeze-excitation block): one step of collage's code around the two small "
         "matrix-vector products";
     se.generate = grow_squeeze_excite;
-    return {rule, dw, attention, se};
+    FusionRule masked;
+    masked.name = "masked_select";
+    masked.description =
+        "Where (or a Cast of a bool to float) with the comparisons, IsNaN/IsInf, logic and "
+        "Casts computing its condition: one step of collage's code, no bool written out";
+    masked.generate = masked_select_matches;
+    return {rule, dw, attention, se, masked};
   }
 
   // A Conv group Winograd can run is offered as "winograd" too (collage's F(4x4, 3x3) measured
@@ -230,6 +246,15 @@ class OnednnBackend : public Backend {
         return compile_squeeze_excite(subgraph);
       }
       if (leads_matmul(subgraph)) return compile_matmul(subgraph);
+      if (subgraph.num_nodes() == 1 && unary_math_takes(subgraph, first))
+        return compile_group(subgraph, emit_unary_math);
+      if (subgraph.num_nodes() == 1 && expand_takes(subgraph, first))
+        return compile_group(subgraph, emit_expand);
+      if (masked_select_group(subgraph)) {
+        if (!options.variant.empty())
+          fail(ErrorKind::kUnsupported, "onednn: no variant of a masked select");
+        return compile_group(subgraph, emit_masked_select);
+      }
       if ((subgraph.num_nodes() == 1 && layout_head(subgraph, first)) ||
           (t == "Reshape" && subgraph.num_nodes() == 3))
         return compile_layout(subgraph);

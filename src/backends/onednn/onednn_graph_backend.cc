@@ -31,7 +31,7 @@ std::vector<std::string> region_ops() {
   for (const char* op :
        {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Concat", "Slice", "Split",
         "Transpose", "Pad", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd",
-        "DepthToSpace", "SpaceToDepth", "Erf"})
+        "DepthToSpace", "SpaceToDepth", "Erf", "Expand"})
     if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
   // The elementwise ops: the functions oneDNN has no eltwise for (steps of collage's own,
   // unary_math.h), its eltwise and binary ones; Where with the nodes computing its condition
@@ -57,11 +57,8 @@ std::vector<Match> whole_units(const Graph& g) {
       if (std::optional<std::vector<NodeId>> ln =
               layer_norm_nodes(g, consumers, static_cast<NodeId>(n)))
         out.push_back(Match{*ln});
-  for (size_t n = 0; n < g.num_nodes(); ++n)
-    if (std::optional<std::vector<NodeId>> unit =
-            masked_select_nodes(g, consumers, static_cast<NodeId>(n));
-        unit && unit->size() > 1)
-      out.push_back(Match{*unit});
+  for (Match& unit : masked_select_matches(g))
+    if (unit.nodes.size() > 1) out.push_back(std::move(unit));
   for (Match& m : grow_tails(g)) {
     const bool erf = std::any_of(m.nodes.begin(), m.nodes.end(),
                                  [&](NodeId n) { return g.node(n).op_type == "Erf"; });
