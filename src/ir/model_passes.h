@@ -75,7 +75,9 @@ void lower_space_depth(Graph& graph);
 
 // Replaces each Pad in "reflect" or "edge" mode of known shape and constant pads (none
 // negative, at most 8 on a side) with a Concat of its input and one-element Slices of it per
-// padded axis (pad_lowering.cc); the others stay Pad (the reference kernel runs them).
+// padded axis, and each Pad that crops (a negative pad) with Slices of the cropped axes and,
+// in "constant" mode, a Pad of the sides that grow (pad_lowering.cc); the others stay Pad
+// (the reference kernel runs them).
 void lower_edge_pads(Graph& graph);
 
 // Replaces each Gather of a 1-D constant index list (at most 8 runs of consecutive indices)

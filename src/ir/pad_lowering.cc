@@ -6,6 +6,10 @@
 // is the usual border of image-to-image generators (CycleGAN's and pix2pix's ResNet blocks,
 // style transfer): one Pad before each 3x3 conv. numpy.pad, which ONNX defines the modes by,
 // pads a tensor axis by axis the same way, so the corners come out the same.
+// A Pad with negative pads (a crop: F.pad(x, (-1, -1, -1, -1)), a U-Net's centre crop) is a
+// Slice of each cropped axis, then, in "constant" mode, a Pad of the sides that grow: the
+// onednn backends run both (a crop cut regions the same way).
+#include <algorithm>
 #include <map>
 
 #include "ir/model_passes.h"
@@ -97,10 +101,62 @@ void lower_one(Graph& graph, const Node& node, const std::vector<int64_t>& pads)
   }
 }
 
+// A Pad with a negative pad as Slices of the cropped axes and, in "constant" mode, a Pad of the
+// rest; false where it is not one (a reflect or edge Pad that also grows stays).
+bool lower_crop(Graph& graph, const Node& node) {
+  if (!node.domain.empty() || node.op_type != "Pad" || node.outputs.size() != 1) return false;
+  if (!graph.value(node.input(0)).shape_known || !graph.value(node.outputs[0]).shape_known)
+    return false;
+  const Shape shape = graph.value(node.input(0)).shape;  // a copy: appending moves the values
+  const size_t rank = shape.size();
+  if (rank == 0) return false;
+  std::optional<std::vector<int64_t>> found = constant_pads(graph, node, rank);
+  if (!found || found->size() != 2 * rank) return false;
+  const std::vector<int64_t>& pads = *found;
+  bool crops = false, grows = false;
+  for (size_t d = 0; d < rank; ++d) {
+    if (pads[d] + pads[d + rank] + shape[d] < 1) return false;  // the reference reports it
+    for (const int64_t p : {pads[d], pads[d + rank]}) {
+      crops = crops || p < 0;
+      grows = grows || p > 0;
+    }
+  }
+  const std::string mode = node.attr_string("mode", "constant");
+  if (!crops || (grows && mode != "constant")) return false;
+  std::vector<size_t> cropped;
+  for (size_t d = 0; d < rank; ++d)
+    if (pads[d] < 0 || pads[d + rank] < 0) cropped.push_back(d);
+  int count = 0;
+  ValueId value = node.input(0);
+  for (const size_t d : cropped) {
+    // Without a Pad after it, the last Slice writes the output.
+    const ValueId out = !grows && d == cropped.back() ? node.outputs[0] : kNoValue;
+    value = append_axis_slice(graph, node.name, count, value, static_cast<int64_t>(d),
+                              std::max<int64_t>(0, -pads[d]),
+                              shape[d] - std::max<int64_t>(0, -pads[d + rank]), out);
+  }
+  if (!grows) return true;
+  std::vector<int64_t> rest(pads.size());
+  for (size_t i = 0; i < pads.size(); ++i) rest[i] = std::max<int64_t>(0, pads[i]);
+  if (node.has_attr("pads")) {  // before opset 11: pads and value are attributes
+    std::map<std::string, Attribute> attrs = node.attrs;
+    attrs["pads"] = Attribute::from_ints(rest);
+    append_lowered_node(graph, node.name, count, "Pad", {value}, std::move(attrs), node.outputs[0]);
+    return true;
+  }
+  std::vector<ValueId> inputs = {value,
+                                 append_int64_constant(graph, node.name, count, "pads", rest)};
+  if (node.input(2) != kNoValue) inputs.push_back(node.input(2));
+  std::map<std::string, Attribute> attrs = {{"mode", Attribute::from_string("constant")}};
+  append_lowered_node(graph, node.name, count, "Pad", inputs, std::move(attrs), node.outputs[0]);
+  return true;
+}
+
 }  // namespace
 
 void lower_edge_pads(Graph& graph) {
   lower_nodes(graph, [](Graph& g, const Node& node) {
+    if (lower_crop(g, node)) return true;
     std::vector<int64_t> pads;
     if (!lowerable(g, node, pads)) return false;
     lower_one(g, node, pads);

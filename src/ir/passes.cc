@@ -506,9 +506,10 @@ void expand_two_sided_broadcasts(Graph& graph) {
     if (expand < 0) return false;  // two constants: folded
     int count = 0;
     std::vector<ValueId> inputs = node.inputs;
+    const Shape shape = out.shape;  // a copy: appending moves the values
     const NodeId e = append_lowered_node(
         g, node.name, count, "Expand",
-        {inputs[expand], append_int64_constant(g, node.name, count, "shape", out.shape)}, {});
+        {inputs[expand], append_int64_constant(g, node.name, count, "shape", shape)}, {});
     inputs[expand] = g.node(e).outputs[0];
     append_lowered_node(g, node.name, count, node.op_type, inputs, node.attrs, node.outputs[0]);
     return true;

@@ -399,6 +399,52 @@ TEST(LowerEdgePads, ComputesWhatTheReferencePadDoesAndLeavesNoHole) {
   }
 }
 
+// A Pad that crops (a negative pad; random ranks, shapes and pads, as an attribute before
+// opset 11 and as an input after it, with a constant value or without) is lowered on import to
+// Slices of the cropped axes, then in "constant" mode a Pad of the sides that grow, which
+// compute what the reference Pad does, element for element; between two Relus onednn-graph
+// then takes the whole graph as one region and onednn every node (the crop was the reference
+// kernel's: onednn's Pad takes no negative pads).
+TEST(LowerEdgePads, CropsBecomeSlicesAndLeaveNoHole) {
+  using testing::attr_f;
+  using testing::attr_ints;
+  using testing::attr_s;
+  std::mt19937 rng(23);
+  for (int trial = 0; trial < 12; ++trial) {
+    const std::string mode = trial % 3 == 0 ? "constant" : trial % 3 == 1 ? "reflect" : "edge";
+    const bool as_attribute = trial % 4 == 0;
+    const size_t rank = 3 + trial % 3;
+    Shape shape;
+    for (size_t d = 0; d < rank; ++d) shape.push_back(5 + static_cast<int64_t>(rng() % 4));
+    std::vector<int64_t> pads(2 * rank, 0);
+    for (int64_t& p : pads) p = static_cast<int64_t>(rng() % 4) - 2;  // -2 .. 1: never empty
+    pads[rng() % pads.size()] = -1;                                   // a crop at least
+    if (mode != "constant")
+      for (int64_t& p : pads) p = std::min<int64_t>(p, 0);  // those modes only crop here
+    SCOPED_TRACE(fmt::format("{} pads [{}] on [{}]{}", mode, fmt::join(pads, ","),
+                             fmt::join(shape, ","), as_attribute ? " (attribute)" : ""));
+    testing::GraphBuilder b(as_attribute ? 9 : 13);
+    ValueId y = b.add1("Relu", {b.input("x", DType::kFloat32, shape)});
+    std::map<std::string, Attribute> attrs = {{"mode", attr_s(mode)}};
+    if (as_attribute) {
+      attrs["pads"] = attr_ints(pads);
+      attrs["value"] = attr_f(0.5f);
+      y = b.add1("Pad", {y}, attrs);
+    } else {
+      const ValueId p = b.constant(
+          "pads", Tensor::from_vector<int64_t>({static_cast<int64_t>(pads.size())}, pads));
+      y = b.add1("Pad", {y, p, b.constant("value", Tensor::scalar(-0.25f))}, attrs);
+    }
+    b.output(b.add1("Relu", {y}));
+    const auto [lowered, kept] = load_both_ways(b.graph());
+    EXPECT_EQ(op_list(kept), "Relu Pad Relu ");
+    const bool grows = std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p > 0; });
+    EXPECT_EQ(op_list(lowered).find("Pad") != std::string::npos, grows) << op_list(lowered);
+    EXPECT_NE(op_list(lowered).find("Slice"), std::string::npos) << op_list(lowered);
+    expect_lowered_runs_fast_and_right(lowered, kept, trial, Tolerance{0, 0}, Tolerance{0, 0});
+  }
+}
+
 // Selu, Celu, ThresholdedRelu, Shrink, variadic Sum/Mean/Max/Min (one to four inputs, broadcast
 // shapes) and ReduceL1, ReduceL2, ReduceSumSquare and ReduceLogSum (random axes, keepdims or not,
 // opsets 11 and 13) are lowered on import to the ops ONNX defines them by, which compute what their
