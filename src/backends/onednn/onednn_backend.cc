@@ -7,6 +7,7 @@
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/expand_kernel.h"
 #include "backends/onednn/groups.h"
+#include "backends/onednn/index_copy.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/masked_select.h"
 #include "backends/onednn/region_kernel.h"
@@ -144,6 +145,12 @@ class OnednnBackend : public Backend {
         {"Softmax", op_in({"Softmax", "LogSoftmax"}).where(f32, "float32"), {}},
         {"Eltwise", op_in(unary_ops()).where(elementwise, "float32, constant parameters"), {}},
         {"Binary", op_in(binary_ops()).where(elementwise, "float32, one operand broadcast"), {}},
+        {"IndexCopy",
+         op_in({"Slice", "Gather"})
+             .where(index_copy_takes,
+                    "float32, a flip or other non-positive step, a constant index list (a step "
+                    "of collage's own)"),
+         {}},
         {"Expand",
          op("Expand").where(expand_takes, "float32, constant shape (a step of collage's own)"),
          {}},
@@ -250,6 +257,8 @@ class OnednnBackend : public Backend {
         return compile_group(subgraph, emit_unary_math);
       if (subgraph.num_nodes() == 1 && expand_takes(subgraph, first))
         return compile_group(subgraph, emit_expand);
+      if (subgraph.num_nodes() == 1 && index_copy_takes(subgraph, first))
+        return compile_group(subgraph, emit_index_copy);
       if (masked_select_group(subgraph)) {
         if (!options.variant.empty())
           fail(ErrorKind::kUnsupported, "onednn: no variant of a masked select");

@@ -16,6 +16,7 @@
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/expand_kernel.h"
 #include "backends/onednn/groups.h"
+#include "backends/onednn/index_copy.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/lane_memo.h"
 #include "backends/onednn/masked_select.h"
@@ -156,7 +157,8 @@ class RegionCompiler {
       return group;
     }
     if (is_view_op(node) || layout_head(region_, node) || node.op_type == "Where" ||
-        unary_math_takes(region_, node) || expand_takes(region_, node))
+        unary_math_takes(region_, node) || expand_takes(region_, node) ||
+        index_copy_takes(region_, node))
       return group;
     // Layer normalization and softmax take no post-ops (oneDNN 2.6).
     if (const Family* f = family_of(node.op_type); f && f->name == "norm") return group;
@@ -379,6 +381,7 @@ bool region_node(const Graph& g, const Node& n) {
     return true;
   if (unary_math_takes(g, n)) return true;  // a lone Erf too (unary_math.h)
   if (t == "Expand") return expand_takes(g, n);
+  if (index_copy_takes(g, n)) return true;  // a flip, a Gather of an index list
   if (t == "Erf") return gelu_around_erf(g, g.consumers(), n).has_value();
   if (t == "Where" && select_takes(g, n)) return true;
   if (std::find(masked_select_ops().begin(), masked_select_ops().end(), t) !=
