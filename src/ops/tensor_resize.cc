@@ -340,6 +340,7 @@ ResizeTaps resize_taps(const Graph& g, const Node& n) {
 void register_tensor_resize_ops(OpRegistry& r) {
   r.add(tensor_op("Resize", OpKind::kInjective, infer_resize, resize_kernel));
   r.add(tensor_op("Upsample", OpKind::kInjective, infer_resize, resize_kernel));
+  register_grid_sample_op(r);
 }
 
 }  // namespace collage::ops

@@ -15,7 +15,8 @@ namespace collage::ops {
 void register_tensor_shape_ops(OpRegistry& registry);   // Reshape, Shape, Constant, Range...
 void register_tensor_layout_ops(OpRegistry& registry);  // Transpose, Concat, Slice, Pad...
 void register_tensor_index_ops(OpRegistry& registry);   // Gather*, Scatter*, OneHot...
-void register_tensor_resize_ops(OpRegistry& registry);  // Resize, Upsample
+void register_tensor_resize_ops(OpRegistry& registry);  // Resize, Upsample, GridSample
+void register_grid_sample_op(OpRegistry& registry);     // GridSample (tensor_grid_sample.cc)
 
 // Throws kUnsupported naming the node: for valid ONNX that collage does not implement.
 template <typename... Args>
@@ -62,6 +63,24 @@ struct ResizeTaps {
   double extrapolation = 0;
 };
 ResizeTaps resize_taps(const Graph& graph, const Node& node);
+
+// GridSample (opset 16: X of N x C x H x W, grid of N x Ho x Wo x 2 holding (x, y) in
+// [-1, 1]) by the rule of PyTorch's grid_sampler, which ONNX's test data comes from: each
+// output pixel's source coordinate, the padding mode applied to it (bilinear, nearest) or to
+// each of the 16 taps (bicubic, A = -0.75), and every channel sampled with the same taps.
+struct GridSampleSpec {
+  enum class Mode { kBilinear, kNearest, kBicubic } mode = Mode::kBilinear;
+  enum class Padding { kZeros, kBorder, kReflection } padding = Padding::kZeros;
+  bool align_corners = false;
+};
+// Throws kInvalidModel naming the node for an unknown mode or padding mode.
+GridSampleSpec grid_sample_spec(const Node& node);
+// Y (N x C x Ho x Wo) from X (shape `x_shape`) and the grid, both row-major, or both
+// channels-last (N x H x W x C in memory: each tap a contiguous channel vector) with
+// `channels_last`; `parallel`: rows of the output over the OpenMP team.
+void grid_sample(const GridSampleSpec& spec, const float* x, const Shape& x_shape,
+                 const float* grid, int64_t out_h, int64_t out_w, float* y, bool parallel,
+                 bool channels_last = false);
 
 // Shapes recorded on the graph after inference, for kernel factories.
 inline const Shape& tensor_input_shape(const Graph& g, const Node& n, size_t i) {

@@ -56,8 +56,9 @@ std::string backend_version() {
   // eltwise for (Sin, Floor, Sign, a lone Erf...) a step of their own (unary_math.h); a
   // failure cached for a region holding one is tried again. 31: a Where of a computed condition
   // and the nodes computing it are one step (masked_select.h), an Expand a broadcast copy
-  // (expand_kernel.h), a flip or a Gather of an index list a copy (index_copy.h); failures
-  // cached for regions holding one of these are tried again.
+  // (expand_kernel.h), a flip or a Gather of an index list a copy (index_copy.h), GridSample a
+  // sampling step (grid_sample_kernel.h); failures cached for regions holding one of these
+  // are tried again.
   constexpr int kKernelRevision = 31;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }

@@ -6,6 +6,7 @@
 #include "backends/onednn/attention.h"
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/expand_kernel.h"
+#include "backends/onednn/grid_sample_kernel.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/index_copy.h"
 #include "backends/onednn/kernels.h"
@@ -145,6 +146,10 @@ class OnednnBackend : public Backend {
         {"Softmax", op_in({"Softmax", "LogSoftmax"}).where(f32, "float32"), {}},
         {"Eltwise", op_in(unary_ops()).where(elementwise, "float32, constant parameters"), {}},
         {"Binary", op_in(binary_ops()).where(elementwise, "float32, one operand broadcast"), {}},
+        {"GridSample",
+         op("GridSample")
+             .where(grid_sample_takes, "float32, 4-D, every mode (a step of collage's own)"),
+         {}},
         {"IndexCopy",
          op_in({"Slice", "Gather"})
              .where(index_copy_takes,
@@ -259,6 +264,8 @@ class OnednnBackend : public Backend {
         return compile_group(subgraph, emit_expand);
       if (subgraph.num_nodes() == 1 && index_copy_takes(subgraph, first))
         return compile_group(subgraph, emit_index_copy);
+      if (subgraph.num_nodes() == 1 && grid_sample_takes(subgraph, first))
+        return compile_group(subgraph, emit_grid_sample);
       if (masked_select_group(subgraph)) {
         if (!options.variant.empty())
           fail(ErrorKind::kUnsupported, "onednn: no variant of a masked select");

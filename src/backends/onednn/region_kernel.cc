@@ -15,6 +15,7 @@
 #include "backends/onednn/concat_into_convs.h"
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/expand_kernel.h"
+#include "backends/onednn/grid_sample_kernel.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/index_copy.h"
 #include "backends/onednn/kernels.h"
@@ -158,7 +159,7 @@ class RegionCompiler {
     }
     if (is_view_op(node) || layout_head(region_, node) || node.op_type == "Where" ||
         unary_math_takes(region_, node) || expand_takes(region_, node) ||
-        index_copy_takes(region_, node))
+        index_copy_takes(region_, node) || grid_sample_takes(region_, node))
       return group;
     // Layer normalization and softmax take no post-ops (oneDNN 2.6).
     if (const Family* f = family_of(node.op_type); f && f->name == "norm") return group;
@@ -382,6 +383,7 @@ bool region_node(const Graph& g, const Node& n) {
   if (unary_math_takes(g, n)) return true;  // a lone Erf too (unary_math.h)
   if (t == "Expand") return expand_takes(g, n);
   if (index_copy_takes(g, n)) return true;  // a flip, a Gather of an index list
+  if (t == "GridSample") return grid_sample_takes(g, n);
   if (t == "Erf") return gelu_around_erf(g, g.consumers(), n).has_value();
   if (t == "Where" && select_takes(g, n)) return true;
   if (std::find(masked_select_ops().begin(), masked_select_ops().end(), t) !=
