@@ -30,11 +30,8 @@ Graph warp(const std::string& mode, const std::string& padding, bool align, bool
   GraphBuilder b;
   const int64_t c = 16, h = 11, w = 13, oh = 9, ow = 15;
   const ValueId x = b.input("x", DType::kFloat32, {1, 4, h, w});
-  auto conv = [&](ValueId v, int64_t cin, int64_t cout, const std::string& name) {
-    return b.add1("Conv",
-                  {v, b.random_constant(name + "_w", {cout, cin, 3, 3}),
-                   b.random_constant(name + "_b", {cout})},
-                  {{"pads", attr_ints({1, 1, 1, 1})}});
+  auto conv = [&](ValueId v, int64_t /*cin*/, int64_t cout, const std::string& name) {
+    return testing::conv3x3(b, v, cout, name);
   };
   // A grid in (-1.3, 1.3): a Tanh of an input, scaled (or a constant drawn the same way).
   const ValueId grid =

@@ -54,12 +54,9 @@ ValueId resize(GraphBuilder& b, ValueId x, const std::vector<float>& factors, co
   return b.add1("Resize", inputs, attrs);
 }
 
-// A 3x3 conv of `v` (its channels read from the graph) to 16 channels, padded to keep the size.
+// A 3x3 conv of `v` to 16 channels, padded to keep the size.
 ValueId conv16(GraphBuilder& b, ValueId v, const std::string& name) {
-  return b.add1("Conv",
-                {v, b.random_constant(name + "_w", {16, b.graph().value(v).shape[1], 3, 3}),
-                 b.random_constant(name + "_b", {16})},
-                {{"pads", testing::attr_ints({1, 1, 1, 1})}});
+  return testing::conv3x3(b, v, 16, name);
 }
 
 using testing::expect_fast_and_like_reference;

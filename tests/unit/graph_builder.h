@@ -93,6 +93,15 @@ inline std::pair<std::vector<Tensor>, std::vector<Tensor>> run_backend_and_refer
   return run_backend_and_reference(backend, graph, random_inputs(graph, seed));
 }
 
+// A 3x3 conv of `v` (its channels read from the graph) to `cout` channels with a bias, padded
+// to keep the size; random weights named after `name`.
+inline ValueId conv3x3(GraphBuilder& b, ValueId v, int64_t cout, const std::string& name) {
+  return b.add1("Conv",
+                {v, b.random_constant(name + "_w", {cout, b.graph().value(v).shape[1], 3, 3}),
+                 b.random_constant(name + "_b", {cout})},
+                {{"pads", attr_ints({1, 1, 1, 1})}});
+}
+
 // LayerNorm over the last axis as torch.onnx exports it below opset 17 (ReduceMean, Sub,
 // Pow, ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta; gamma and beta random).
 inline ValueId decomposed_layer_norm(GraphBuilder& b, ValueId x, int64_t hidden, float eps) {

@@ -23,9 +23,7 @@ void emit_expand(const Graph& sub, ValueMemories& values) {
   if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: Expand input is not a kernel input");
   const Shape& in = sub.value(x).shape;
   const Shape& out = sub.value(y).shape;
-  int64_t in_numel = 1, out_numel = 1;
-  for (int64_t d : in) in_numel *= d;
-  for (int64_t d : out) out_numel *= d;
+  const int64_t in_numel = shape_numel(in), out_numel = shape_numel(out);
   const dnnl::memory src = values.read(x, plain_md(in));
   if (!flat_f32(src, in_numel))
     fail(ErrorKind::kUnsupported, "onednn: Expand input is no flat array");

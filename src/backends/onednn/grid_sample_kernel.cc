@@ -5,15 +5,6 @@
 #include "ops/tensor_util.h"
 
 namespace collage::onednn {
-namespace {
-
-int64_t numel_of(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
-
-}  // namespace
 
 bool grid_sample_takes(const Graph& g, const Node& n) {
   if (!n.domain.empty() || n.op_type != "GridSample" || n.inputs.size() != 2 ||
@@ -55,9 +46,9 @@ void emit_grid_sample(const Graph& sub, ValueMemories& values) {
                                          dnnl::memory::format_tag::nhwc)
                     : plain_md(ys);
   const dnnl::memory src = values.read(x, x_md);
-  if (!flat_f32(src, numel_of(xs))) fail(ErrorKind::kUnsupported, "onednn: X is no flat array");
+  if (!flat_f32(src, shape_numel(xs))) fail(ErrorKind::kUnsupported, "onednn: X is no flat array");
   dnnl::memory dst = values.destination(y, y_md);
-  if (!flat_f32(dst, numel_of(ys))) dst = values.fresh_destination(y, y_md);
+  if (!flat_f32(dst, shape_numel(ys))) dst = values.fresh_destination(y, y_md);
   std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
   // A constant grid (an affine warp fixed at export) is copied into the step.
   std::shared_ptr<const std::vector<float>> fixed;
@@ -67,7 +58,8 @@ void emit_grid_sample(const Graph& sub, ValueMemories& values) {
         std::make_shared<const std::vector<float>>(t.data<float>(), t.data<float>() + t.numel());
   } else {
     const dnnl::memory g = values.read(grid, plain_md(gs));
-    if (!flat_f32(g, numel_of(gs))) fail(ErrorKind::kUnsupported, "onednn: grid is no flat array");
+    if (!flat_f32(g, shape_numel(gs)))
+      fail(ErrorKind::kUnsupported, "onednn: grid is no flat array");
     args.emplace_back(DNNL_ARG_WEIGHTS, g);
   }
   values.program().add_custom(

@@ -25,12 +25,6 @@ struct Rows {
   std::vector<int64_t> from;
 };
 
-int64_t numel_of(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
-
 // Row-major strides of `shape`.
 std::vector<int64_t> strides_of(const Shape& shape) {
   std::vector<int64_t> st(shape.size(), 1);
@@ -46,13 +40,13 @@ std::optional<Rows> slice_rows(const Graph& g, const Node& n) {
     return std::nullopt;  // starts/ends/axes/steps computed at run time
   }
   const Shape& in = g.value(n.input(0)).shape;
-  if (in.empty() || spec.out.size() != in.size() || numel_of(spec.out) == 0) return std::nullopt;
+  if (in.empty() || spec.out.size() != in.size() || shape_numel(spec.out) == 0) return std::nullopt;
   const std::vector<int64_t> in_strides = strides_of(in);
   const size_t last = in.size() - 1;
   Rows rows;
   rows.length = spec.out[last];
   rows.stride = spec.step[last];
-  const int64_t count = numel_of(spec.out) / rows.length;
+  const int64_t count = shape_numel(spec.out) / rows.length;
   rows.from.reserve(static_cast<size_t>(count));
   std::vector<int64_t> index(last, 0);  // over the output's outer axes
   for (int64_t r = 0; r < count; ++r) {
@@ -136,10 +130,10 @@ void emit_index_copy(const Graph& sub, ValueMemories& values) {
   const Shape& in = sub.value(x).shape;
   const Shape& out = sub.value(y).shape;
   const dnnl::memory src = values.read(x, plain_md(in));
-  if (!flat_f32(src, numel_of(in)))
+  if (!flat_f32(src, shape_numel(in)))
     fail(ErrorKind::kUnsupported, "onednn: copied value is no flat array");
   dnnl::memory dst = values.destination(y, plain_md(out));
-  if (!flat_f32(dst, numel_of(out))) dst = values.fresh_destination(y, plain_md(out));
+  if (!flat_f32(dst, shape_numel(out))) dst = values.fresh_destination(y, plain_md(out));
   auto table = std::make_shared<const Rows>(std::move(*rows));
   values.program().add_custom(
       kIndexCopyStep,

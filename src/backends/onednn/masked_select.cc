@@ -416,8 +416,7 @@ void emit_masked_select(const Graph& sub, ValueMemories& values) {
   const Node& root = sub.node(static_cast<NodeId>(sub.num_nodes() - 1));
   const ValueId y = root.outputs[0];
   const Shape& shape = sub.value(y).shape;
-  int64_t numel = 1;
-  for (int64_t d : shape) numel *= d;
+  const int64_t numel = shape_numel(shape);
 
   // The step's operands (the values the unit reads from outside), its program in graph order.
   std::vector<ValueId> outside;
@@ -493,10 +492,9 @@ void emit_masked_select(const Graph& sub, ValueMemories& values) {
       o.kind = Operand::Kind::kBroadcast;
       o.plan = ops::elem::make_broadcast_plan(shape, {value.shape});
       o.floats.resize(static_cast<size_t>(numel));
-      int64_t own = 1;
-      for (int64_t d : value.shape) own *= d;
       m = values.read(outside[k], plain_md(value.shape));
-      if (!flat_f32(m, own)) fail(ErrorKind::kUnsupported, "onednn: Where input is no flat array");
+      if (!flat_f32(m, shape_numel(value.shape)))
+        fail(ErrorKind::kUnsupported, "onednn: Where input is no flat array");
     }
     args.emplace_back(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(k), m);
   }

@@ -76,8 +76,7 @@ void emit_unary_math(const Graph& sub, ValueMemories& values) {
   if (!values.has(x))
     fail(ErrorKind::kUnsupported, "onednn: elementwise input is not a kernel input");
   const Shape& shape = sub.value(x).shape;
-  int64_t numel = 1;
-  for (int64_t d : shape) numel *= d;
+  const int64_t numel = shape_numel(shape);
   // The layout x has, unless it is no flat array: a blocked layout of a channel count that is
   // no multiple of the block pads (its padding must stay zero, and f(0) need not be: Cos), a
   // slice of a concatenation has gaps.
