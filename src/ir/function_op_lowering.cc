@@ -19,8 +19,11 @@
 //   - ThresholdedRelu(x) = Where(x > alpha, x, 0), Shrink(x) = Where(x < -lambd, x + bias,
 //     Where(x > lambd, x - bias, 0)) (ONNX's function bodies): comparisons under a Where,
 //     which onednn-graph regions take as one step (masked_select.h) and halide fuses.
-// Only float32 values: the fast backends' type. ReduceLogSumExp stays (its plain composition
-// overflows where the reference kernel subtracts the maximum first).
+//   - ReduceLogSumExp = m + Log(ReduceSum(Exp(x - m))) with m = ReduceMax(x) kept over the
+//     axes: the reference kernel's shift, so nothing overflows; where m is not finite (an
+//     axis of -inf, or holding +inf or NaN) the result is m, as the reference returns it (a
+//     Where of IsInf / IsNaN of m).
+// Only float32 values: the fast backends' type.
 #include "ir/model_passes.h"
 
 namespace collage {
@@ -183,6 +186,46 @@ bool lower_lp_pool(Graph& graph, const Node& node) {
   return true;
 }
 
+// ReduceLogSumExp shifted by the maximum (the header says how).
+bool lower_log_sum_exp(Graph& graph, const Node& node) {
+  const ValueId x = node.input(0), y = node.outputs[0];
+  const Shape out_shape = graph.value(y).shape;  // a copy: appending moves the values
+  const bool keepdims = node.attr_int("keepdims", 1) != 0;
+  int count = 0;
+  auto out = [&](NodeId n) { return graph.node(n).outputs[0]; };
+  auto add = [&](const char* op, std::vector<ValueId> in,
+                 std::map<std::string, Attribute> attrs = {}, ValueId to = kNoValue) {
+    return out(
+        append_lowered_node(graph, node.name, count, op, std::move(in), std::move(attrs), to));
+  };
+  // Both reductions keep the axes; ReduceMax takes them as an attribute (to opset 17),
+  // ReduceSum as an input from opset 13.
+  std::map<std::string, Attribute> max_attrs = {{"keepdims", Attribute::from_int(1)}};
+  std::map<std::string, Attribute> sum_attrs = max_attrs;
+  std::vector<ValueId> sum_inputs;
+  if (node.has_attr("axes")) {
+    max_attrs["axes"] = node.attrs.at("axes");
+    if (graph.opset >= 13)
+      sum_inputs.push_back(
+          append_int64_constant(graph, node.name, count, "axes", node.attr_ints("axes")));
+    else
+      sum_attrs["axes"] = node.attrs.at("axes");
+  }
+  const ValueId m = add("ReduceMax", {x}, max_attrs);
+  const ValueId e = add("Exp", {add("Sub", {x, m})});
+  sum_inputs.insert(sum_inputs.begin(), e);
+  const ValueId shifted = add("Add", {add("Log", {add("ReduceSum", sum_inputs, sum_attrs)}), m});
+  const ValueId bad = add("Or", {add("IsInf", {m}), add("IsNaN", {m})});
+  if (keepdims) {
+    add("Where", {bad, m, shifted}, {}, y);
+    return true;
+  }
+  const ValueId kept = add("Where", {bad, m, shifted});
+  std::vector<int64_t> dims(out_shape.begin(), out_shape.end());
+  add("Reshape", {kept, append_int64_constant(graph, node.name, count, "shape", dims)}, {}, y);
+  return true;
+}
+
 // ThresholdedRelu and Shrink as Wheres of comparisons.
 bool lower_threshold(Graph& graph, const Node& node) {
   const ValueId x = node.input(0), y = node.outputs[0];
@@ -234,6 +277,7 @@ void lower_function_ops(Graph& graph) {
     if ((t == "ReduceL1" || t == "ReduceL2" || t == "ReduceSumSquare" || t == "ReduceLogSum") &&
         g.opset < 18)
       return lower_reduction(g, node);
+    if (t == "ReduceLogSumExp" && g.opset < 18) return lower_log_sum_exp(g, node);
     // AveragePool's count_include_pad is from opset 7 on.
     if ((t == "LpPool" || t == "GlobalLpPool") && g.opset >= 7 && g.opset < 18)
       return lower_lp_pool(g, node);

@@ -86,10 +86,10 @@ void lower_edge_pads(Graph& graph);
 void lower_gathers_and_tiles(Graph& graph);
 
 // Replaces each Sum, Mean, Max and Min of one or more than two inputs, Selu, Celu,
-// ThresholdedRelu, Shrink, ReduceL1, ReduceL2, ReduceSumSquare and ReduceLogSum over float32
-// values with the simpler ops ONNX defines them by, and LpPool / GlobalLpPool with a pooled or
-// reduced sum of powers and its root (function_op_lowering.cc); the others stay (the reference
-// kernel runs them).
+// ThresholdedRelu, Shrink, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum and
+// ReduceLogSumExp (shifted by the maximum) over float32 values with the simpler ops ONNX
+// defines them by, and LpPool / GlobalLpPool with a pooled or reduced sum of powers and its
+// root (function_op_lowering.cc); the others stay (the reference kernel runs them).
 void lower_function_ops(Graph& graph);
 
 // Makes each reader of an Expand's output that broadcasts its inputs anyway (Add, Mul, Where,

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <utility>
@@ -504,7 +506,8 @@ TEST(LowerFunctionOps, ComputeWhatTheReferenceKernelsDoAndLeaveNoHole) {
     expect_lowered_runs_fast_and_right(lowered, kept, ++seed);
   }
   // Reductions.
-  for (const std::string op : {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum"})
+  for (const std::string op :
+       {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
     for (const int64_t opset : {11, 13}) {
       const size_t rank = 2 + rng() % 3;
       std::vector<int64_t> axes;
@@ -523,6 +526,29 @@ TEST(LowerFunctionOps, ComputeWhatTheReferenceKernelsDoAndLeaveNoHole) {
       EXPECT_EQ(op_list(lowered).find(op), std::string::npos) << op_list(lowered);
       expect_lowered_runs_fast_and_right(lowered, kept, ++seed);
     }
+  // ReduceLogSumExp where an axis's maximum is not finite: every element -inf, one +inf, one
+  // NaN; the result is that maximum, as the reference kernel returns it.
+  {
+    testing::GraphBuilder b(13);
+    b.output(b.add1("ReduceLogSumExp", {b.input("x", DType::kFloat32, {4, 3, 2})},
+                    {{"axes", attr_ints({1})}, {"keepdims", attr_i(0)}}));
+    const auto [lowered, kept] = load_both_ways(b.graph());
+    EXPECT_EQ(op_list(lowered).find("ReduceLogSumExp"), std::string::npos) << op_list(lowered);
+    std::vector<Tensor> inputs = random_inputs(kept, 9);
+    float* x = inputs[0].data<float>();
+    const float inf = std::numeric_limits<float>::infinity();
+    for (int64_t k = 0; k < 3; ++k) x[k * 2] = -inf;          // [0, :, 0]
+    x[6 + 2 * 1 + 1] = inf;                                   // [1, 1, 1]
+    x[12 + 2 * 2] = std::numeric_limits<float>::quiet_NaN();  // [2, 2, 0]
+    const std::vector<Tensor> want = Session(kept, SessionOptions{}).run(inputs);
+    ASSERT_TRUE(std::isinf(want[0].data<float>()[0]) && std::isinf(want[0].data<float>()[3]) &&
+                std::isnan(want[0].data<float>()[4]));
+    EXPECT_TRUE(testing::outputs_match(Session(lowered, SessionOptions{}).run(inputs), want));
+    SessionOptions on;
+    on.backend = "onednn-graph";
+    on.strict = true;
+    EXPECT_TRUE(testing::outputs_match(Session(lowered, on).run(inputs), want));
+  }
   // What stays.
   {
     testing::GraphBuilder b(13);
