@@ -32,7 +32,7 @@ std::vector<int64_t> strides_of(const Shape& shape) {
   return st;
 }
 
-std::optional<Rows> slice_rows(const Graph& g, const Node& n) {
+std::optional<Rows> slice_rows(const Graph& g, const Node& n, bool table) {
   ops::SliceSpec spec;
   try {
     spec = ops::slice_spec(InferContext(g, n));
@@ -46,6 +46,7 @@ std::optional<Rows> slice_rows(const Graph& g, const Node& n) {
   Rows rows;
   rows.length = spec.out[last];
   rows.stride = spec.step[last];
+  if (!table) return rows;
   const int64_t count = shape_numel(spec.out) / rows.length;
   rows.from.reserve(static_cast<size_t>(count));
   std::vector<int64_t> index(last, 0);  // over the output's outer axes
@@ -62,7 +63,7 @@ std::optional<Rows> slice_rows(const Graph& g, const Node& n) {
   return rows;
 }
 
-std::optional<Rows> gather_rows(const Graph& g, const Node& n) {
+std::optional<Rows> gather_rows(const Graph& g, const Node& n, bool table) {
   const ValueId indices = n.input(1);
   if (indices == kNoValue || !g.value(indices).is_constant()) return std::nullopt;
   const Shape& in = g.value(n.input(0)).shape;
@@ -80,20 +81,21 @@ std::optional<Rows> gather_rows(const Graph& g, const Node& n) {
   for (size_t d = axis + 1; d < in.size(); ++d) inner *= in[d];
   Rows rows;
   rows.length = inner;
+  if (!table) return rows;
   rows.from.reserve(static_cast<size_t>(outer) * list.size());
   for (int64_t o = 0; o < outer; ++o)
     for (const int64_t i : list) rows.from.push_back((o * in[axis] + i) * inner);
   return rows;
 }
 
-std::optional<Rows> rows_of(const Graph& g, const Node& n) {
-  if (!n.domain.empty() || n.outputs.size() != 1 || !is_f32(g, n.input(0)) ||
-      !g.value(n.input(0)).shape_known || !is_f32(g, n.outputs[0]) ||
-      !g.value(n.outputs[0]).shape_known || layout_head(g, n))
+// The rows of Slice or Gather `n` when the step takes it; without `table`, only whether it
+// does (region_node asks of every node: no offsets computed).
+std::optional<Rows> rows_of(const Graph& g, const Node& n, bool table) {
+  if ((n.op_type != "Slice" && n.op_type != "Gather") || !n.domain.empty() ||
+      n.outputs.size() != 1 || !is_f32(g, n.input(0)) || !g.value(n.input(0)).shape_known ||
+      !is_f32(g, n.outputs[0]) || !g.value(n.outputs[0]).shape_known || layout_head(g, n))
     return std::nullopt;
-  if (n.op_type == "Slice") return slice_rows(g, n);
-  if (n.op_type == "Gather") return gather_rows(g, n);
-  return std::nullopt;
+  return n.op_type == "Slice" ? slice_rows(g, n, table) : gather_rows(g, n, table);
 }
 
 dnnl_status_t copy_rows(const Rows& rows, const float* x, float* y) {
@@ -117,13 +119,13 @@ dnnl_status_t copy_rows(const Rows& rows, const float* x, float* y) {
 }  // namespace
 
 bool index_copy_takes(const Graph& g, const Node& n) {
-  return rows_of(g, n).has_value();
+  return rows_of(g, n, false).has_value();
 }
 
 void emit_index_copy(const Graph& sub, ValueMemories& values) {
   if (sub.num_nodes() != 1) fail(ErrorKind::kUnsupported, "onednn: an index copy fuses nothing");
   const Node& n = sub.node(0);
-  std::optional<Rows> rows = rows_of(sub, n);
+  std::optional<Rows> rows = rows_of(sub, n, true);
   if (!rows) fail(ErrorKind::kUnsupported, "onednn: {} is no constant index copy", n.op_type);
   const ValueId x = n.input(0), y = n.outputs[0];
   if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: copied value is not a kernel input");

@@ -380,6 +380,10 @@ std::optional<std::vector<NodeId>> masked_select_nodes(const Graph& g, const Con
   return std::vector<NodeId>(unit.begin(), unit.end());
 }
 
+bool masked_select_kind(const Graph& g, const Node& n) {
+  return root_node(g, n) || condition_node(g, n) || widen_node(g, n);
+}
+
 std::optional<std::vector<NodeId>> masked_unit_holding(const Graph& g, const Consumers& consumers,
                                                        NodeId n) {
   const Node& node = g.node(n);

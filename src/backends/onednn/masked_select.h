@@ -28,6 +28,9 @@ const std::vector<std::string>& masked_select_ops();
 // select_takes() accepts has no unit.
 std::optional<std::vector<NodeId>> masked_select_nodes(const Graph& g, const Consumers& consumers,
                                                        NodeId root);
+// Whether node `n` has the op and types a unit's node has (no graph walk: what callers ask
+// before the walk masked_unit_holding makes).
+bool masked_select_kind(const Graph& g, const Node& n);
 // The unit (above) that holds node `n`, if any.
 std::optional<std::vector<NodeId>> masked_unit_holding(const Graph& g, const Consumers& consumers,
                                                        NodeId n);

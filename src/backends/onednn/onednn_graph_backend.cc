@@ -73,9 +73,7 @@ std::vector<Match> whole_units(const Graph& g) {
 // four producer edges below its Erf or first ReduceMean, except the GELU's scaling, which the
 // Erf reads.
 bool in_whole_unit(const Graph& g, const Node& n) {
-  if (std::find(masked_select_ops().begin(), masked_select_ops().end(), n.op_type) !=
-          masked_select_ops().end() &&
-      !n.outputs.empty() && n.outputs[0] != kNoValue) {
+  if (masked_select_kind(g, n)) {
     const std::optional<std::vector<NodeId>> unit =
         masked_unit_holding(g, g.consumers(), g.value(n.outputs[0]).producer);
     if (unit && unit->size() > 1) return true;

@@ -388,7 +388,8 @@ bool region_node(const Graph& g, const Node& n) {
   if (t == "Where" && select_takes(g, n)) return true;
   if (std::find(masked_select_ops().begin(), masked_select_ops().end(), t) !=
       masked_select_ops().end())
-    return masked_unit_holding(g, g.consumers(), g.value(n.outputs[0]).producer).has_value();
+    return masked_select_kind(g, n) &&
+           masked_unit_holding(g, g.consumers(), g.value(n.outputs[0]).producer).has_value();
   if (t == "Conv" || t == "ConvTranspose") {
     const size_t rank = g.value(n.input(0)).shape.size();
     if (rank < 3 || rank > 5) return false;
