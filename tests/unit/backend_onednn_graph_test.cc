@@ -757,8 +757,19 @@ TEST(OnednnGraphBackend, WhereOfAConstantMaskInRegion) {
   const testing::ProgramSteps steps =
       testing::steps_of(*onednn_graph().compile(b.graph(), testing::test_options()));
   EXPECT_EQ(steps.count(onednn::kMaskedSelectStep), 1);
-  EXPECT_EQ(steps.count("select"), 0);
   expect_like_reference(b.graph(), "a computed condition");
+  // A constant condition between two ops of the region is a unit of one node: the same step.
+  GraphBuilder m;
+  Tensor keep(DType::kBool, {1, 4, 5});
+  for (int64_t i = 0; i < keep.numel(); ++i) keep.data<bool>()[i] = i % 3 != 0;
+  ValueId y = m.add1("Relu", {m.input("x", DType::kFloat32, {1, 4, 5})});
+  y = m.add1("Where",
+             {m.constant("keep", std::move(keep)), y, m.constant("fill", Tensor::scalar(-1.0f))});
+  m.output(m.add1("Tanh", {y}));
+  EXPECT_EQ(testing::steps_of(*onednn_graph().compile(m.graph(), testing::test_options()))
+                .count(onednn::kMaskedSelectStep),
+            1);
+  expect_like_reference(m.graph(), "a constant condition");
 }
 
 // NASNet's branches each apply their own Relu (and pool) to one cell input: a region

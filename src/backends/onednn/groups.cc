@@ -8,7 +8,6 @@
 #include "backends/onednn/index_copy.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/masked_select.h"
-#include "backends/onednn/select_kernel.h"
 #include "backends/onednn/squeeze_excite.h"
 #include "backends/onednn/taps_resize.h"
 #include "backends/onednn/unary_math.h"
@@ -186,7 +185,6 @@ void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algo
   if ((t == "Reshape" && sub.num_nodes() == 3) || layout_head(sub, first))
     return emit_layout(sub, values);
   if (masked_select_group(sub)) return emit_masked_select(sub, values);
-  if (t == "Where") return emit_select(sub, values);
   if (sub.num_nodes() == 1 && unary_math_takes(sub, first)) return emit_unary_math(sub, values);
   if (sub.num_nodes() == 1 && expand_takes(sub, first)) return emit_expand(sub, values);
   if (sub.num_nodes() == 1 && index_copy_takes(sub, first)) return emit_index_copy(sub, values);

@@ -13,7 +13,6 @@
 #include <set>
 
 #include "backends/onednn/dnnl_common.h"
-#include "backends/onednn/select_kernel.h"
 #include "ops/elementwise_util.h"
 
 namespace collage::onednn {
@@ -36,10 +35,46 @@ bool known(const Graph& g, ValueId v) {
   return v != kNoValue && g.value(v).shape_known;
 }
 
-const std::set<std::string>& comparisons() {
-  static const std::set<std::string> ops = {"Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-                                            "Equal"};
-  return ops;
+enum class Op {
+  kLess,
+  kGreater,
+  kLessOrEqual,
+  kGreaterOrEqual,
+  kEqual,  // float, float -> bool
+  kIsNaN,
+  kIsInf,
+  kFloatToBool,  // float -> bool
+  kNot,
+  kAnd,
+  kOr,
+  kXor,
+  kBoolCopy,     // bools -> bool
+  kWhere,        // bool, float, float -> float
+  kWiden,        // float -> float (as float64)
+  kBoolToFloat,  // bool -> float
+};
+
+// The ops a unit names by their op type alone (a Cast's op depends on its types).
+const std::map<std::string, Op>& named_ops() {
+  static const std::map<std::string, Op> table = {{"Less", Op::kLess},
+                                                  {"Greater", Op::kGreater},
+                                                  {"LessOrEqual", Op::kLessOrEqual},
+                                                  {"GreaterOrEqual", Op::kGreaterOrEqual},
+                                                  {"Equal", Op::kEqual},
+                                                  {"IsNaN", Op::kIsNaN},
+                                                  {"IsInf", Op::kIsInf},
+                                                  {"Not", Op::kNot},
+                                                  {"And", Op::kAnd},
+                                                  {"Or", Op::kOr},
+                                                  {"Xor", Op::kXor},
+                                                  {"Where", Op::kWhere}};
+  return table;
+}
+
+// The comparisons lead the enum (kLess .. kEqual).
+bool is_comparison(const std::string& op_type) {
+  auto it = named_ops().find(op_type);
+  return it != named_ops().end() && it->second <= Op::kEqual;
 }
 
 // Whether `n` casts a float32 to float64: exact, and what PyTorch's nan_to_num export does
@@ -70,7 +105,7 @@ bool condition_node(const Graph& g, const Node& n) {
       if (!type(g, v) || !known(g, v)) return false;
     return true;
   };
-  if (comparisons().count(t)) return all(2, is_f32);
+  if (is_comparison(t)) return all(2, is_f32);
   if (t == "IsNaN" || t == "IsInf") return all(1, is_f32) || all(1, is_widened);
   if (t == "Not") return all(1, is_bool);
   if (t == "And" || t == "Or" || t == "Xor") return all(2, is_bool);
@@ -92,44 +127,13 @@ bool root_node(const Graph& g, const Node& n) {
          known(g, n.input(0));
 }
 
-enum class Op {
-  kLess,
-  kGreater,
-  kLessOrEqual,
-  kGreaterOrEqual,
-  kEqual,  // float, float -> bool
-  kIsNaN,
-  kIsInf,
-  kFloatToBool,  // float -> bool
-  kNot,
-  kAnd,
-  kOr,
-  kXor,
-  kBoolCopy,     // bools -> bool
-  kWhere,        // bool, float, float -> float
-  kWiden,        // float -> float (as float64)
-  kBoolToFloat,  // bool -> float
-};
-
 Op op_of(const Graph& g, const Node& n) {
-  static const std::map<std::string, Op> table = {{"Less", Op::kLess},
-                                                  {"Greater", Op::kGreater},
-                                                  {"LessOrEqual", Op::kLessOrEqual},
-                                                  {"GreaterOrEqual", Op::kGreaterOrEqual},
-                                                  {"Equal", Op::kEqual},
-                                                  {"IsNaN", Op::kIsNaN},
-                                                  {"IsInf", Op::kIsInf},
-                                                  {"Not", Op::kNot},
-                                                  {"And", Op::kAnd},
-                                                  {"Or", Op::kOr},
-                                                  {"Xor", Op::kXor},
-                                                  {"Where", Op::kWhere}};
   if (n.op_type == "Cast") {
     if (widen_node(g, n)) return Op::kWiden;
     if (is_f32(g, n.outputs[0])) return Op::kBoolToFloat;
     return is_bool(g, n.input(0)) ? Op::kBoolCopy : Op::kFloatToBool;
   }
-  return table.at(n.op_type);
+  return named_ops().at(n.op_type);
 }
 
 // An operand of a node: the result of an earlier node of the unit (its index) or an operand
@@ -344,16 +348,18 @@ std::vector<NodeId> roots_below(const Graph& g, const Consumers& consumers, Node
 }  // namespace
 
 const std::vector<std::string>& masked_select_ops() {
-  static const std::vector<std::string> ops = {
-      "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal", "IsNaN", "IsInf", "Not",
-      "And",  "Or",      "Xor",         "Cast",           "Where"};
+  static const std::vector<std::string> ops = [] {
+    std::vector<std::string> v = {"Cast"};
+    for (const auto& [name, op] : named_ops()) v.push_back(name);
+    return v;
+  }();
   return ops;
 }
 
 std::optional<std::vector<NodeId>> masked_select_nodes(const Graph& g, const Consumers& consumers,
                                                        NodeId root) {
   const Node& r = g.node(root);
-  if (!root_node(g, r) || (r.op_type == "Where" && select_takes(g, r))) return std::nullopt;
+  if (!root_node(g, r)) return std::nullopt;
   std::set<NodeId> unit = {root};
   std::vector<ValueId> pending = {r.input(0)};
   while (!pending.empty()) {

@@ -6,7 +6,8 @@
 // one unit: the condition is a bool tensor, which a region does not carry (its values are
 // float32 memories), so each such Where cut an onednn-graph region in pieces with its
 // comparison on reference between them; inside the unit the bools never exist in memory.
-// A Where of a constant condition with a constant fill keeps its own step (select_kernel.h).
+// A Where of a constant condition (GPT-2's causal mask) is a unit of one node: the condition
+// expanded to the output's shape at compile.
 #pragma once
 
 #include <optional>
@@ -20,12 +21,11 @@
 
 namespace collage::onednn {
 
-// The ops a unit may hold besides its root.
+// The ops a unit may hold (Where and Cast among them).
 const std::vector<std::string>& masked_select_ops();
 // The unit that Where or Cast `root` heads: its nodes in graph order, the root last, when
 // every float input is float32 (values or constants), every bool one a constant or made in
-// the unit and read nowhere else, and the root's output float32 of a known shape; a Where
-// select_takes() accepts has no unit.
+// the unit and read nowhere else, and the root's output float32 of a known shape.
 std::optional<std::vector<NodeId>> masked_select_nodes(const Graph& g, const Consumers& consumers,
                                                        NodeId root);
 // Whether node `n` has the op and types a unit's node has (no graph walk: what callers ask

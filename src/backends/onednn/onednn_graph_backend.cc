@@ -35,7 +35,7 @@ std::vector<std::string> region_ops() {
     if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
   // The elementwise ops: the functions oneDNN has no eltwise for (steps of collage's own,
   // unary_math.h), its eltwise and binary ones; Where with the nodes computing its condition
-  // (masked_select.h; a Where of a constant condition on its own, select_kernel.h).
+  // (masked_select.h; a constant condition alone).
   for (const auto* list : {&unary_math_ops(), &unary_ops(), &binary_ops(), &masked_select_ops()})
     for (const std::string& op : *list)
       if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);

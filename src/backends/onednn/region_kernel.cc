@@ -21,7 +21,6 @@
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/lane_memo.h"
 #include "backends/onednn/masked_select.h"
-#include "backends/onednn/select_kernel.h"
 #include "backends/onednn/squeeze_excite.h"
 #include "backends/onednn/unary_math.h"
 
@@ -385,7 +384,6 @@ bool region_node(const Graph& g, const Node& n) {
   if (index_copy_takes(g, n)) return true;  // a flip, a Gather of an index list
   if (t == "GridSample") return grid_sample_takes(g, n);
   if (t == "Erf") return gelu_around_erf(g, g.consumers(), n).has_value();
-  if (t == "Where" && select_takes(g, n)) return true;
   if (std::find(masked_select_ops().begin(), masked_select_ops().end(), t) !=
       masked_select_ops().end())
     return masked_select_kind(g, n) &&
