@@ -18,7 +18,15 @@ if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
     _os.environ["GOMP_SPINCOUNT"] = "10000"
 _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "15")
 
+# With OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY set, libgomp binds the thread that loads
+# it to one CPU; every thread pool created from this thread afterwards (XNNPACK's, Halide's, the
+# tuner's measure workers) would inherit that one CPU. The importing thread gets its CPUs back
+# (the CLI does the same: src/cli/library_env.cc); libgomp's workers keep their places.
+_start_cpus = _os.sched_getaffinity(0)
 from . import _collage  # noqa: E402
+
+if _os.sched_getaffinity(0) != _start_cpus:
+    _os.sched_setaffinity(0, _start_cpus)
 from ._collage import (  # noqa: E402,F401
     BackendError,
     BackendInfo,

@@ -28,8 +28,20 @@
 // 1x16x768x768 on torch-graph 197 -> 35 ms; peak RSS within 10 %. Every block from the
 // heap instead (mallopt(M_MMAP_MAX, 0), no trimming) was tried first and dropped: the heap
 // grew by a block a run (docs/DESIGN.md, "Runtime").
+//
+// The main thread's CPUs. With OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY set, libgomp
+// binds the initial thread to its first place when it loads, before main(); the exec above
+// keeps that mask, so the re-executed libgomp saw one CPU and built one place, and put its
+// workers on it too; and every thread pool of another library created from the main thread
+// (XNNPACK's, Halide's) and every measure worker the tuner starts inherit it. Measured
+// 2026-12-06 on the 2-core EPYC, MobileNetV2's tuned plan (one onednn-graph region,
+// `run --threads 2`): 2.9 ms, and 5.0-5.2 ms with OMP_PROC_BIND=true, OMP_PLACES=cores or
+// OMP_PROC_BIND=close, both threads on CPU 0. So the mask the process started with is read
+// before any library's constructor (.preinit_array runs first) and the main thread gets it
+// back; libgomp's workers keep the places the user asked for.
 #include "cli/library_env.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -38,6 +50,28 @@
 
 namespace collage::cli {
 namespace {
+
+cpu_set_t startup_cpus;
+bool startup_cpus_known = false;
+
+void read_startup_cpus(int, char**, char**) {
+  startup_cpus_known = sched_getaffinity(0, sizeof startup_cpus, &startup_cpus) == 0;
+}
+
+// Runs before the constructors of every shared library, libgomp's among them.
+__attribute__((section(".preinit_array"),
+               used)) void (*const read_startup_cpus_first)(int, char**,
+                                                            char**) = read_startup_cpus;
+
+// Gives the calling (main) thread the CPUs the process started with, where a library's
+// initialisation narrowed them.
+void restore_startup_cpus() {
+  cpu_set_t now;
+  if (!startup_cpus_known || sched_getaffinity(0, sizeof now, &now) != 0 ||
+      CPU_EQUAL(&now, &startup_cpus))
+    return;
+  sched_setaffinity(0, sizeof startup_cpus, &startup_cpus);
+}
 
 // Commands that never run a kernel (info, zoo, show, backends) skip the extra exec.
 bool runs_kernels(int argc, char** argv) {
@@ -53,6 +87,7 @@ bool runs_kernels(int argc, char** argv) {
 }  // namespace
 
 void set_library_environment(int argc, char** argv) {
+  restore_startup_cpus();
   if (!runs_kernels(argc, argv)) return;
   bool changed = false;
   if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {

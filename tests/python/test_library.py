@@ -60,3 +60,19 @@ def test_log_level():
     collage.set_log_level("warn")
     with pytest.raises(collage.InvalidArgumentError, match="log level"):
         collage.set_log_level("loud")
+
+
+@pytest.mark.parametrize("binding", [{"OMP_PROC_BIND": "true"}, {"OMP_PLACES": "cores"}])
+def test_openmp_binding_leaves_the_importing_thread_every_cpu(binding):
+    # libgomp binds the thread that loads it to one CPU when a binding variable is set; the
+    # module gives it back (collage/__init__.py), or every pool created from it would share it.
+    import os
+    import subprocess
+    import sys
+    start = os.sched_getaffinity(0)
+    if len(start) < 2:
+        pytest.skip(f"this process may run on {len(start)} CPU: nothing to narrow")
+    code = "import os, collage; print(sorted(os.sched_getaffinity(0)))"
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **binding),
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(sorted(start)), (binding, out)
