@@ -345,7 +345,7 @@ budget:   seconds for the graph-level search.
 cost_db:  cost database: a SQLite file (default ~/.cache/collage/costs.db) or a
           postgresql://user@host/dbname URL; measurements are reused by later tunes of any
           model sharing layers.
-threads:  thread budget (0 = all cores).
+threads:  thread budget (0 = every CPU this process may use).
 progress: True: a bar on stderr when it is a terminal, a line every few seconds otherwise;
           False: quiet; a function: called with a TuneProgress instead.
 dims:     values of symbolic input dimensions. optimizer: "two-level" or "op-level".

@@ -208,7 +208,7 @@ InferenceSession(path, plan=None, threads=0, dims=None, backend=None)
 path:    an ONNX file (str or os.PathLike), or the model's bytes.
 plan:    a Plan (from collage.tune or Plan.load) or the path of a plan JSON file; without
          one every node runs on `backend` where it can and on "reference" elsewhere.
-threads: thread budget of every backend (0 = all cores).
+threads: thread budget of every backend (0 = every CPU this process may use).
 dims:    values of symbolic input dimensions, {"batch": 1}.
 backend: with no plan, the backend to run on (default "reference", the slow oracle: tune
          the model and pass the plan for speed).

@@ -6,14 +6,18 @@
 #endif
 
 #include <algorithm>
-#include <thread>
 
 #include "collage/error.h"
 
 namespace collage {
 
+// The CPUs this process may use, not the machine's: under `taskset -c 1` or a container's
+// cpuset, hardware_concurrency() still counts every CPU, and the default ran two threads on
+// one CPU (MobileNetV2's plan 5.1 ms a run instead of ~2.9 under `taskset -c 1`, 2026-12-06).
+// libgomp counts the mask the process started with, before its binding (OMP_PROC_BIND)
+// narrows the loading thread to one CPU.
 int hardware_cores() {
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return std::max(1, omp_get_num_procs());
 }
 
 int resolve_threads(int requested) {

@@ -4,8 +4,9 @@
 
 namespace collage {
 
-// `requested` threads, or every core for 0. Throws Error(kInvalidArgument) when negative.
+// `requested` threads, or every CPU this process may use for 0. Throws Error(kInvalidArgument) when negative.
 int resolve_threads(int requested);
+// The CPUs this process may use (its affinity mask at start, as `nproc` counts them).
 int hardware_cores();
 
 // Before a kernel runs on this thread: sets this thread's OpenMP thread count (OpenMP
