@@ -12,6 +12,7 @@ void register_nn_ops(OpRegistry& registry) {
   nn::register_norm_ops(registry);
   nn::register_softmax_ops(registry);
   nn::register_einsum_ops(registry);
+  nn::register_recurrent_ops(registry);
 }
 
 }  // namespace collage::ops

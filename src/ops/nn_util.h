@@ -16,6 +16,7 @@ void register_pool_ops(OpRegistry& registry);
 void register_norm_ops(OpRegistry& registry);
 void register_softmax_ops(OpRegistry& registry);
 void register_einsum_ops(OpRegistry& registry);
+void register_recurrent_ops(OpRegistry& registry);  // RNN, GRU, LSTM (nn_recurrent.cc)
 
 // Throws Error(kind) prefixed with the node's name and op, like InferContext::fail.
 template <typename... Args>

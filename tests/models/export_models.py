@@ -190,6 +190,42 @@ def unet_model(opset):
     return build, opset, None
 
 
+class CRNN(torch.nn.Module):
+    """A text recogniser's shape (CRNN): convs and pools down to one row, its columns a
+    sequence read by a 2-layer bidirectional LSTM, then a batch-first GRU given an initial
+    state and a ReLU RNN, and a per-step classifier. PyTorch exports each recurrent layer as
+    an ONNX LSTM/GRU/RNN node (GRU with linear_before_reset=1) between Transposes."""
+
+    def __init__(self, classes=37, hidden=48):
+        super().__init__()
+        conv = lambda i, o: torch.nn.Sequential(  # noqa: E731
+            torch.nn.Conv2d(i, o, 3, 1, 1), torch.nn.BatchNorm2d(o), torch.nn.ReLU())
+        self.features = torch.nn.Sequential(
+            conv(1, 32), torch.nn.MaxPool2d(2), conv(32, 64), torch.nn.MaxPool2d(2),
+            conv(64, 64), torch.nn.MaxPool2d((2, 1)), conv(64, 96), torch.nn.MaxPool2d((4, 1)))
+        self.lstm = torch.nn.LSTM(96, hidden, num_layers=2, bidirectional=True)
+        self.gru = torch.nn.GRU(2 * hidden, hidden, batch_first=True)
+        self.rnn = torch.nn.RNN(hidden, hidden, nonlinearity="relu")
+        self.head = torch.nn.Linear(hidden, classes)
+
+    def forward(self, image, h0):
+        f = self.features(image).squeeze(2).permute(2, 0, 1)  # (width, batch, channels)
+        seq, _ = self.lstm(f)
+        seq, _ = self.gru(seq.transpose(0, 1), h0)
+        seq, _ = self.rnn(seq.transpose(0, 1))
+        return self.head(seq).log_softmax(-1)
+
+
+def crnn_model(opset):
+    def build():
+        model = CRNN()
+        randomize_batchnorm(model.features, torch.randn(4, 1, 32, 100))
+        return (model.eval(), (torch.randn(2, 1, 32, 100), 0.5 * torch.randn(1, 2, 48)),
+                ["image", "h0"], ["log_probs"])
+
+    return build, opset, None
+
+
 class RMSNorm(torch.nn.Module):
     """LLaMA's, T5's and Mistral's norm: x / sqrt(mean(x^2) + eps), scaled; no mean taken
     away, no shift. Exports as Pow/ReduceMean/Add/Sqrt/Div/Mul."""
@@ -360,6 +396,7 @@ MODELS = {
     "einsum_block": einsum_model(13),
     "unet_block": unet_model(13),
     "llama_block": llama_model(14),
+    "crnn": crnn_model(14),
 }
 
 # Ops each export must (or must not) contain, so a silent change in the exporter cannot
@@ -374,6 +411,7 @@ REQUIRED_OPS = {
     "unet_block": {"Resize", "Conv", "Concat", "Add"},
     "llama_block": {"Gather", "MatMul", "Softmax", "Pow", "ReduceMean", "Sqrt", "Neg", "Concat",
                     "Sigmoid"},
+    "crnn": {"Conv", "MaxPool", "LSTM", "GRU", "RNN", "LogSoftmax"},
 }
 FORBIDDEN_OPS = {
     "bert_opset13": {"LayerNormalization"},

@@ -45,6 +45,12 @@ inline Attribute attr_floats(std::vector<float> v) {
   a.floats = std::move(v);
   return a;
 }
+inline Attribute attr_strings(std::vector<std::string> v) {
+  Attribute a;
+  a.type = Attribute::Type::kStrings;
+  a.strings = std::move(v);
+  return a;
+}
 inline Attribute attr_t(Tensor t) {
   Attribute a;
   a.type = Attribute::Type::kTensor;

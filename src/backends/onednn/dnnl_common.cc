@@ -58,8 +58,8 @@ std::string backend_version() {
   // and the nodes computing it are one step (masked_select.h), an Expand a broadcast copy
   // (expand_kernel.h), a flip or a Gather of an index list a copy (index_copy.h), GridSample a
   // sampling step (grid_sample_kernel.h); failures cached for regions holding one of these
-  // are tried again.
-  constexpr int kKernelRevision = 31;
+  // are tried again. 32: RNN, GRU and LSTM as oneDNN's RNN primitives (recurrent_kernel.h).
+  constexpr int kKernelRevision = 32;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

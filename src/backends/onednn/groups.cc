@@ -8,6 +8,7 @@
 #include "backends/onednn/index_copy.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/masked_select.h"
+#include "backends/onednn/recurrent_kernel.h"
 #include "backends/onednn/squeeze_excite.h"
 #include "backends/onednn/taps_resize.h"
 #include "backends/onednn/unary_math.h"
@@ -189,6 +190,7 @@ void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algo
   if (sub.num_nodes() == 1 && expand_takes(sub, first)) return emit_expand(sub, values);
   if (sub.num_nodes() == 1 && index_copy_takes(sub, first)) return emit_index_copy(sub, values);
   if (sub.num_nodes() == 1 && grid_sample_takes(sub, first)) return emit_grid_sample(sub, values);
+  if (sub.num_nodes() == 1 && recurrent_takes(sub, first)) return emit_recurrent(sub, values);
   if (t == "Conv" && conv_dw_group(sub))
     return emit_conv_dw(sub, values, conv_algorithm, pair_form);
   if (t == "Conv" || t == "ConvTranspose") return emit_conv(sub, values, conv_algorithm);

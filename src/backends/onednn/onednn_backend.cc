@@ -11,6 +11,7 @@
 #include "backends/onednn/index_copy.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/masked_select.h"
+#include "backends/onednn/recurrent_kernel.h"
 #include "backends/onednn/region_kernel.h"
 #include "backends/onednn/squeeze_excite.h"
 #include "backends/onednn/unary_math.h"
@@ -150,6 +151,12 @@ class OnednnBackend : public Backend {
          op("GridSample")
              .where(grid_sample_takes, "float32, 4-D, every mode (a step of collage's own)"),
          {}},
+        {"Recurrent",
+         op_in({"RNN", "GRU", "LSTM"})
+             .where(recurrent_takes,
+                    "float32, constant weights, the default functions (an RNN's Tanh, Relu or "
+                    "Sigmoid), no clip, no sequence_lens, layout 0 (oneDNN's RNN primitives)"),
+         {}},
         {"IndexCopy",
          op_in({"Slice", "Gather"})
              .where(index_copy_takes,
@@ -266,6 +273,8 @@ class OnednnBackend : public Backend {
         return compile_group(subgraph, emit_index_copy);
       if (subgraph.num_nodes() == 1 && grid_sample_takes(subgraph, first))
         return compile_group(subgraph, emit_grid_sample);
+      if (subgraph.num_nodes() == 1 && recurrent_takes(subgraph, first))
+        return compile_group(subgraph, emit_recurrent);
       if (masked_select_group(subgraph)) {
         if (!options.variant.empty())
           fail(ErrorKind::kUnsupported, "onednn: no variant of a masked select");

@@ -28,10 +28,11 @@ std::vector<std::string> region_ops() {
   for (const Family& f : families())
     if (f.emit) ops.insert(ops.end(), f.ops.begin(), f.ops.end());
   // Views, and the glue between primitives (layout_kernel.cc).
-  for (const char* op : {"Flatten",      "Reshape",      "Squeeze",   "Unsqueeze", "Identity",
-                         "Concat",       "Slice",        "Split",     "Transpose", "Pad",
-                         "ReduceMean",   "ReduceMax",    "ReduceMin", "ReduceSum", "ReduceProd",
-                         "DepthToSpace", "SpaceToDepth", "Erf",       "Expand",    "GridSample"})
+  for (const char* op :
+       {"Flatten",   "Reshape",    "Squeeze",    "Unsqueeze",    "Identity",     "Concat",
+        "Slice",     "Split",      "Transpose",  "Pad",          "ReduceMean",   "ReduceMax",
+        "ReduceMin", "ReduceSum",  "ReduceProd", "DepthToSpace", "SpaceToDepth", "Erf",
+        "Expand",    "GridSample", "RNN",        "GRU",          "LSTM"})
     if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
   // The elementwise ops: the functions oneDNN has no eltwise for (steps of collage's own,
   // unary_math.h), its eltwise and binary ones; Where with the nodes computing its condition

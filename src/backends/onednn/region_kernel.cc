@@ -21,6 +21,7 @@
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/lane_memo.h"
 #include "backends/onednn/masked_select.h"
+#include "backends/onednn/recurrent_kernel.h"
 #include "backends/onednn/squeeze_excite.h"
 #include "backends/onednn/unary_math.h"
 
@@ -158,7 +159,8 @@ class RegionCompiler {
     }
     if (is_view_op(node) || layout_head(region_, node) || node.op_type == "Where" ||
         unary_math_takes(region_, node) || expand_takes(region_, node) ||
-        index_copy_takes(region_, node) || grid_sample_takes(region_, node))
+        index_copy_takes(region_, node) || grid_sample_takes(region_, node) ||
+        recurrent_takes(region_, node))
       return group;
     // Layer normalization and softmax take no post-ops (oneDNN 2.6).
     if (const Family* f = family_of(node.op_type); f && f->name == "norm") return group;
@@ -383,6 +385,7 @@ bool region_node(const Graph& g, const Node& n) {
   if (t == "Expand") return expand_takes(g, n);
   if (index_copy_takes(g, n)) return true;  // a flip, a Gather of an index list
   if (t == "GridSample") return grid_sample_takes(g, n);
+  if (t == "RNN" || t == "GRU" || t == "LSTM") return recurrent_takes(g, n);
   if (t == "Erf") return gelu_around_erf(g, g.consumers(), n).has_value();
   if (std::find(masked_select_ops().begin(), masked_select_ops().end(), t) !=
       masked_select_ops().end())
