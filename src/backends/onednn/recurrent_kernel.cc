@@ -141,10 +141,23 @@ double fastest_ms(const RecurrentPrimitive& p, bool one_thread, int runs) {
     const dnnl::memory::desc md = p.pd->query_md(dnnl::query::exec_arg_md, arg);
     if (md.get_size() == 0) continue;
     scratch.emplace_back(md, cpu_engine());
-    std::memset(scratch.back().get_data_handle(), 0, md.get_size());
     bound.push_back({arg, scratch.back().get()});
   }
-  const dnnl::stream stream(cpu_engine());
+  dnnl::stream stream(cpu_engine());
+  // Zeros, written by a reorder from row-major zeros: a packed weights layout carries a header
+  // that only a reorder writes (zeroed bytes there made the packed GEMM divide by zero).
+  for (dnnl::memory& m : scratch) {
+    const dnnl::memory::desc md = m.get_desc();
+    if (md.data.format_kind != dnnl_blocked || md.data.extra.flags != 0) {
+      const Dims dims = md.dims();
+      dnnl::memory zeros(plain_md(Shape(dims.begin(), dims.end())), cpu_engine());
+      std::memset(zeros.get_data_handle(), 0, zeros.get_desc().get_size());
+      dnnl::reorder(zeros, m).execute(stream, zeros, m);
+    } else {
+      std::memset(m.get_data_handle(), 0, md.get_size());
+    }
+  }
+  stream.wait();
   double best = 0;
   for (int r = 0; r <= runs; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
