@@ -6,8 +6,10 @@
 #endif
 
 #include <algorithm>
+#include <optional>
 
 #include "collage/error.h"
+#include "runtime/cpu_quota.h"
 
 namespace collage {
 
@@ -15,9 +17,11 @@ namespace collage {
 // cpuset, hardware_concurrency() still counts every CPU, and the default ran two threads on
 // one CPU (MobileNetV2's plan 5.1 ms a run instead of ~2.9 under `taskset -c 1`, 2026-12-06).
 // libgomp counts the mask the process started with, before its binding (OMP_PROC_BIND)
-// narrows the loading thread to one CPU.
+// narrows the loading thread to one CPU. A CPU bandwidth limit counts too (cpu_quota.h).
 int hardware_cores() {
-  return std::max(1, omp_get_num_procs());
+  const int cpus = std::max(1, omp_get_num_procs());
+  const std::optional<int> limit = process_cpu_limit();
+  return limit ? std::min(cpus, *limit) : cpus;
 }
 
 int resolve_threads(int requested) {

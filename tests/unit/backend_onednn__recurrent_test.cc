@@ -142,8 +142,7 @@ TEST(OnednnRecurrent, RandomCellsLikeReferenceOnEveryThreadBuild) {
     for (const char* threads : {"measured", "one", "all"}) {
       std::optional<testing::ScopedEnv> build;
       if (std::string(threads) != "measured") build.emplace("COLLAGE_ONEDNN_RNN_THREADS", threads);
-      std::unique_ptr<Kernel> kernel =
-          testing::onednn_graph().compile(g, testing::test_options(2));
+      std::unique_ptr<Kernel> kernel = testing::onednn_graph().compile(g, testing::test_options(2));
       const testing::ProgramSteps steps = testing::steps_of(*kernel);
       EXPECT_EQ(steps.count(dnnl::primitive::kind::rnn), 1) << threads;
       std::vector<Tensor> got;
