@@ -39,7 +39,8 @@ struct Case {
   int64_t linear_before_reset = 0;
   std::vector<std::string> activations;  // empty: the defaults
   float clip = 0;                        // 0: none
-  bool sequence_lens = false;
+  bool sequence_lens = false;            // lengths seq, seq - 1, ... (the cells refuse them)
+  bool full_lengths = false;             // sequence_lens of every sequence's full length (taken)
   int64_t layout = 0;
 
   std::string text() const {
@@ -48,7 +49,10 @@ struct Case {
         bias ? " bias" : "", initial_states ? " states" : "", peephole ? " peephole" : "",
         computed_weights ? " computed-weights" : "", linear_before_reset ? " lbr" : "",
         activations.empty() ? "" : " " + fmt::format("{}", fmt::join(activations, "/")),
-        clip > 0 ? " clip" : "", sequence_lens ? " seq-lens" : "");
+        clip > 0 ? " clip" : "",
+        sequence_lens  ? " seq-lens"
+        : full_lengths ? " full-lengths"
+                       : "");
   }
 };
 
@@ -67,9 +71,10 @@ Graph recurrent_graph(const Case& c) {
   std::vector<ValueId> in = {x, weights("w", {dirs, gates * c.hidden, c.input}),
                              weights("r", {dirs, gates * c.hidden, c.hidden})};
   in.push_back(c.bias ? weights("b", {dirs, 2 * gates * c.hidden}) : kNoValue);
-  if (c.sequence_lens) {
+  if (c.sequence_lens || c.full_lengths) {
     std::vector<int32_t> lens(c.batch);
-    for (int64_t i = 0; i < c.batch; ++i) lens[i] = static_cast<int32_t>(c.seq - i % c.seq);
+    for (int64_t i = 0; i < c.batch; ++i)
+      lens[i] = static_cast<int32_t>(c.full_lengths ? c.seq : c.seq - i % c.seq);
     in.push_back(b.constant("lens", Tensor::from_vector<int32_t>({c.batch}, lens)));
   } else {
     in.push_back(kNoValue);
@@ -120,6 +125,7 @@ std::vector<Case> random_cases(int count, unsigned seed) {
     c.initial_states = pick(2) != 0;
     c.peephole = c.cell == "LSTM" && pick(2) != 0;
     c.computed_weights = pick(3) == 0;
+    c.full_lengths = pick(4) == 0;
     c.linear_before_reset = c.cell == "GRU" ? pick(2) : 0;
     if (c.cell == "RNN") {
       const std::string f = std::vector<std::string>{"Tanh", "Relu", "Sigmoid"}[pick(3)];

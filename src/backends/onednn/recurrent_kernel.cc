@@ -51,6 +51,18 @@ bool absent(const Node& n, size_t i) {
   return n.input(i) == kNoValue;
 }
 
+// sequence_lens given as a constant of every sequence's full length (tf2onnx writes one): the
+// cells compute the same as without it.
+bool full_lengths(const Graph& g, const Node& n) {
+  const Value& lens = g.value(n.input(ops::kRecSeqLens));
+  const Value& x = g.value(n.input(ops::kRecX));
+  if (!lens.is_constant() || lens.constant.dtype() != DType::kInt32 || !x.shape_known ||
+      x.shape.size() != 3)
+    return false;
+  const int32_t* l = lens.constant.data<int32_t>();
+  return std::all_of(l, l + lens.constant.numel(), [&](int32_t v) { return v == x.shape[0]; });
+}
+
 struct RecurrentShapes {
   int64_t seq, batch, input, hidden, directions, gates;
 };
@@ -199,7 +211,7 @@ bool recurrent_takes(const Graph& g, const Node& n) {
   } catch (const Error&) {
     return false;
   }
-  if (s.batch_major || !absent(n, ops::kRecSeqLens)) return false;
+  if (s.batch_major || !(absent(n, ops::kRecSeqLens) || full_lengths(g, n))) return false;
   if (s.cell == RecurrentCell::kRnn ? (s.clip || !rnn_function(s)) : !s.default_functions())
     return false;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -223,10 +235,8 @@ void emit_recurrent(const Graph& sub, ValueMemories& values) {
   const bool lbr = s.cell == RecurrentCell::kGru && s.linear_before_reset;
   auto input = [&](size_t i) { return n.input(i); };
   auto output = [&](size_t i) { return i < n.outputs.size() ? n.outputs[i] : kNoValue; };
-  auto constant = [&](size_t i) -> const Tensor& { return sub.value(input(i)).constant; };
 
   const dnnl::memory::desc none;
-  const Dims state_dims = {1, r.directions, r.batch, r.hidden};
   const dnnl::memory::desc src_layer = plain_md({r.seq, r.batch, r.input});
   const dnnl::memory::desc state = plain_md({1, r.directions, r.batch, r.hidden});
   auto any = [](const Dims& d) { return dnnl::memory::desc(d, dt::f32, tag::any); };
