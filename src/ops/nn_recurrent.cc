@@ -92,6 +92,8 @@ RecurrentSpec recurrent_spec(const Node& n) {
            : n.op_type == "GRU" ? RecurrentCell::kGru
                                 : RecurrentCell::kLstm;
   s.hidden = n.attr_int("hidden_size", 0);
+  if (n.has_attr("hidden_size") && s.hidden <= 0)
+    bad_attribute(n, fmt::format("hidden_size must be positive, got {}", s.hidden));
   const std::string direction = n.attr_string("direction", "forward");
   if (direction == "bidirectional")
     s.directions = 2;

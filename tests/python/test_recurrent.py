@@ -187,6 +187,7 @@ def test_bad_attributes_and_lengths_are_errors_naming_the_node(workdir):
     with pytest.raises(collage.InvalidArgumentError, match=r"'cell' \(LSTM\).*sequence_lens"):
         collage.InferenceSession(path, backend="reference").run(None, feeds)
     for attribute, value, message in [("direction", "sideways", "direction"),
+                                      ("hidden_size", 0, "hidden_size must be positive"),
                                       ("activations", ["Tanh"], "activations lists 1"),
                                       ("activations", ["Sigmoid", "Swish", "Tanh"], "Swish")]:
         bad = onnx.load(path)
