@@ -133,7 +133,8 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("--warmup", o->warmup, "untimed runs of every plan first (at least 1)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--threads", o->threads, "thread budget (0 = every CPU this process may use)")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "thread budget (0 = every CPU this process may use)")
+      ->capture_default_str();
   cmd->add_option("--json", o->json_path,
                   "also write each plan's samples, median, min (and predicted) ms to FILE");
   return [o] { return bench(*o); };

@@ -88,7 +88,8 @@ Action add_measure_worker_command(CLI::App& app) {
                   "the shared cost database (postgresql://user@host/dbname, or a SQLite file "
                   "on this machine)");
   cmd->add_option("--threads", o->queue.threads,
-                  "the most threads a job may use (0 = every CPU this process may use); a tuning's jobs use its "
+                  "the most threads a job may use (0 = every CPU this process may use); a tuning's "
+                  "jobs use its "
                   "--threads")
       ->capture_default_str();
   cmd->add_option("--lease", o->queue.lease_s,

@@ -229,7 +229,8 @@ Action add_run_command(CLI::App& app) {
   o->model.add_to(*cmd);
   cmd->add_option("--inputs", o->inputs_dir, "folder with input_K.pb (random inputs if absent)");
   cmd->add_option("--outputs", o->outputs_dir, "folder to write output_K.pb to");
-  cmd->add_option("--threads", o->threads, "thread budget (0 = every CPU this process may use)")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "thread budget (0 = every CPU this process may use)")
+      ->capture_default_str();
   cmd->add_option("--repeat", o->repeat, "timed runs")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -207,7 +207,8 @@ Action add_tune_command(CLI::App& app) {
   cmd->add_option("--cost-db", o->cost_db,
                   "cost database: a SQLite file (default ~/.cache/collage/costs.db) or a "
                   "postgresql://user@host/dbname URL");
-  cmd->add_option("--threads", o->threads, "thread budget (0 = every CPU this process may use)")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "thread budget (0 = every CPU this process may use)")
+      ->capture_default_str();
   cmd->add_flag("-v,--verbose", o->verbose, "list every failed candidate");
   cmd->add_flag("--json", o->json,
                 "print one JSON object on stdout instead of the tables (progress stays on stderr)");

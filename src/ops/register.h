@@ -7,7 +7,7 @@
 
 namespace collage::ops {
 
-void register_nn_ops(OpRegistry& registry);  // Conv, pooling, Gemm/MatMul, Einsum, norms, Softmax, RNN/GRU/LSTM
+void register_nn_ops(OpRegistry& registry);  // Conv, pools, Gemm/MatMul, Einsum, norms, RNNs
 void register_elementwise_ops(
     OpRegistry& registry);                          // unary/binary math, compare, Cast, Where, Clip
 void register_reduction_ops(OpRegistry& registry);  // Reduce*, ArgMax/ArgMin, TopK

@@ -4,7 +4,8 @@
 
 namespace collage {
 
-// `requested` threads, or every CPU this process may use for 0. Throws Error(kInvalidArgument) when negative.
+// `requested` threads, or every CPU this process may use for 0. Throws Error(kInvalidArgument) when
+// negative.
 int resolve_threads(int requested);
 // The CPUs this process may use: its affinity mask at start (as `nproc` counts them), or
 // fewer where a cgroup CPU bandwidth limit allows less (cpu_quota.h).
