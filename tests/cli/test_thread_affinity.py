@@ -47,7 +47,8 @@ def sample_running(cli, model, env):
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            assert proc.poll() is None, f"collage run exited {proc.returncode}: {proc.stderr.read()}"
+            assert proc.poll() is None, \
+                f"collage run exited {proc.returncode}: {proc.stderr.read()}"
             threads = thread_cpus(proc.pid)
             if len(threads) >= 2:
                 time.sleep(0.5)  # past the re-exec and the warm-up: the timed runs

@@ -80,7 +80,7 @@ def expected(cell, c, X, W, R, B, lens, h0, c0, P):
                         cand = f[1](gx[2 * H:] + R[d][2 * H:] @ (r * h) + Rb[2 * H:])
                     h = (1 - z) * cand + z * h
                 else:
-                    pi, po, pf = (P[d, :H], P[d, H:2 * H], P[d, 2 * H:]) if P is not None else (0, 0, 0)
+                    pi, po, pf = (0, 0, 0) if P is None else (P[d, :H], P[d, H:2 * H], P[d, 2 * H:])
                     pre = gx + gh  # gates i, o, f, c
                     i = f[0](pre[:H] + pi * cs)
                     fg = 1 - i if c["input_forget"] else f[0](pre[2 * H:3 * H] + pf * cs)
@@ -147,7 +147,8 @@ def build(cell, c, rng, path):
     node = helper.make_node(cell, inputs, outputs, name="cell", **attrs)
     graph = helper.make_graph(
         [node], "recurrent",
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(a.shape)) for n, a in feeds.items()],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(a.shape))
+         for n, a in feeds.items()],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in
          zip(outputs, [[N, T, D, H] if c["layout"] else [T, D, N, H], s_shape, s_shape])], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), path)
