@@ -153,11 +153,11 @@ RecurrentSpec recurrent_spec(const Graph& g, const Node& n) {
   return spec;
 }
 
-namespace {
+RecurrentDims recurrent_dims(const RecurrentSpec& spec, const Shape& x) {
+  return {spec.batch_major ? x[1] : x[0], spec.batch_major ? x[0] : x[1], x[2]};
+}
 
-struct RecurrentDims {
-  int64_t seq = 0, batch = 0, input = 0;
-};
+namespace {
 
 // The (seq, batch) layout of X and Y, and the (direction, batch) layout of the states.
 struct RecurrentLayout {
@@ -192,11 +192,11 @@ void infer_recurrent(InferContext& ctx) {
   const Shape& w = ctx.input_shape(kRecW);
   const Shape& r = ctx.input_shape(kRecR);
   if (x.size() != 3) ctx.fail("X must have rank 3, got {}", shape_to_string(x));
-  const int64_t seq = s.batch_major ? x[1] : x[0], batch = s.batch_major ? x[0] : x[1];
+  const auto [seq, batch, input] = recurrent_dims(s, x);
   const int64_t g = s.gates(), dirs = s.directions;
-  if (w.size() != 3 || w[0] != dirs || w[2] != x[2] || w[1] % g != 0)
+  if (w.size() != 3 || w[0] != dirs || w[2] != input || w[1] % g != 0)
     ctx.fail("W has shape {}; expected [{}, {} x hidden_size, {}]", shape_to_string(w), dirs, g,
-             x[2]);
+             input);
   const int64_t hidden = s.hidden > 0 ? s.hidden : w[1] / g;
   if (w[1] != g * hidden)
     ctx.fail("W has shape {}; hidden_size {} needs {} rows per direction", shape_to_string(w),
@@ -293,18 +293,19 @@ class CellRunner {
     std::vector<double>& z = next_h_;  // z, then the new state
     for (int64_t j = 0; j < H; ++j) z[j] = act(0, x_gates_[j] + h_gates_[j]);
     for (int64_t j = 0; j < H; ++j) x_gates_[H + j] = act(0, x_gates_[H + j] + h_gates_[H + j]);
+    // The candidate's recurrent term, in h_gates_'s third block: r . (Rh h + Rbh) when
+    // linear_before_reset, else Rh (r . h) + Rbh.
     const double* reset = &x_gates_[H];
+    double* term = &h_gates_[2 * H];
     if (s_.linear_before_reset) {
       recurrent_rows(2, 1, h, h_gates_);
-      for (int64_t j = 0; j < H; ++j) scratch_[j] = reset[j] * h_gates_[2 * H + j];
+      for (int64_t j = 0; j < H; ++j) term[j] *= reset[j];
     } else {
-      std::vector<double> reset_h(H);
-      for (int64_t j = 0; j < H; ++j) reset_h[j] = reset[j] * h[j];
-      recurrent_rows(2, 1, reset_h, h_gates_);
-      for (int64_t j = 0; j < H; ++j) scratch_[j] = h_gates_[2 * H + j];
+      for (int64_t j = 0; j < H; ++j) scratch_[j] = reset[j] * h[j];
+      recurrent_rows(2, 1, scratch_, h_gates_);
     }
     for (int64_t j = 0; j < H; ++j) {
-      const double candidate = act(1, x_gates_[2 * H + j] + scratch_[j]);
+      const double candidate = act(1, x_gates_[2 * H + j] + term[j]);
       h[j] = (1 - z[j]) * candidate + z[j] * h[j];
     }
   }
@@ -386,9 +387,7 @@ void run_recurrent(const RecurrentSpec& s, const RecurrentLayout& lay, const Nod
 RefKernel make_recurrent(const Graph& g, const Node& n) {
   const RecurrentSpec spec = recurrent_spec(g, n);
   const Shape& x = g.value(n.inputs[kRecX]).shape;
-  RecurrentLayout lay{{spec.batch_major ? x[1] : x[0], spec.batch_major ? x[0] : x[1], x[2]},
-                      spec.directions,
-                      spec.batch_major};
+  RecurrentLayout lay{recurrent_dims(spec, x), spec.directions, spec.batch_major};
   const DType t = g.value(n.inputs[kRecX]).dtype;
   const Node node{n.name, n.op_type, n.domain, {}, {}, {}};
   return nn::dispatch_float(t, [&](auto zero) -> RefKernel {

@@ -68,6 +68,13 @@ struct RecurrentSpec {
   bool default_functions() const;
 };
 
+// X's sequence length, batch and input size: X is [seq, batch, input], or [batch, seq, input]
+// for layout 1.
+struct RecurrentDims {
+  int64_t seq = 0, batch = 0, input = 0;
+};
+RecurrentDims recurrent_dims(const RecurrentSpec& spec, const Shape& x);
+
 // Parses and checks the node's attributes: Error(kInvalidModel) for values ONNX does not
 // define, naming the node.
 RecurrentSpec recurrent_spec(const Node& node);

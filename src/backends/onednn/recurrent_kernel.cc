@@ -68,8 +68,8 @@ struct RecurrentShapes {
 };
 
 RecurrentShapes shapes_of(const Graph& g, const Node& n, const RecurrentSpec& s) {
-  const Shape& x = g.value(n.input(ops::kRecX)).shape;
-  return {x[0], x[1], x[2], s.hidden, s.directions, s.gates()};
+  const ops::RecurrentDims x = ops::recurrent_dims(s, g.value(n.input(ops::kRecX)).shape);
+  return {x.seq, x.batch, x.input, s.hidden, s.directions, s.gates()};
 }
 
 // W or R ([D, G*H, K], ONNX's gate blocks) as oneDNN's ldigo ([1, D, K, G, H]).
