@@ -122,6 +122,13 @@ class HalideBackend : public Backend {
         // ArgMax and CumSum have no other fast backend (oneDNN 2.6 has neither).
         {"ArgReduce", op_in({"ArgMax", "ArgMin"}).where(ok, "float32 in, int64 positions out"), {}},
         {"CumSum", op("CumSum").where(ok, "float32, constant axis"), {}},
+        // The index and mask ops (post-processing, one-hot masks, gathered or scattered
+        // rows, causal masks, float remainders) have no other fast backend either.
+        {"IndexOps",
+         op_in({"GatherElements", "GatherND", "ScatterElements", "Scatter", "ScatterND", "OneHot",
+                "Trilu", "Hardmax", "Mod"})
+             .where(ok, "float32 (Trilu, gathers and scatters: any data type a buffer holds)"),
+         {}},
         {"LayerNormalization", op("LayerNormalization").where(ok, "float32, Y only"), {}},
         // Every sampling mode (the reference's taps as tables): a linear or cubic resize
         // alone is many times the reference's speed.
@@ -133,7 +140,7 @@ class HalideBackend : public Backend {
              .where(ok, "float32, every mode but tf_crop_and_resize, constant scales/sizes"),
          {}},
         {"TransformerGlue",
-         op_in({"Gather", "Where", "Transpose", "Split", "Cast"})
+         op_in({"Gather", "Where", "Transpose", "Split", "Cast", "CastLike"})
              .where(ok, "float32 data (int32/int64/bool where the op moves it)"),
          {}}};
   }

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -30,14 +31,46 @@ constexpr int64_t kParallelMin = 32 * 1024;
 // Elements per parallel task: big enough to amortise the handoff, small enough to balance.
 constexpr int64_t kTaskElems = 16 * 1024;
 
-const std::set<std::string> kUnary = {
-    "Relu",     "LeakyRelu", "Elu",   "Selu",  "Celu",  "Sigmoid", "HardSigmoid", "HardSwish",
-    "Softplus", "Softsign",  "Tanh",  "Erf",   "Exp",   "Log",     "Sqrt",        "Reciprocal",
-    "Floor",    "Ceil",      "Round", "Sin",   "Cos",   "Tan",     "Asin",        "Acos",
-    "Atan",     "Sinh",      "Cosh",  "Asinh", "Acosh", "Atanh",   "Neg",         "Abs",
-    "Sign",     "Identity",  "Cast",  "Clip"};
-const std::set<std::string> kBinary = {"Add",   "Sub", "Mul", "Div", "Pow",
-                                       "PRelu", "Max", "Min", "Sum", "Mean"};
+const std::set<std::string> kUnary = {"Relu",
+                                      "LeakyRelu",
+                                      "Elu",
+                                      "Selu",
+                                      "Celu",
+                                      "Sigmoid",
+                                      "HardSigmoid",
+                                      "HardSwish",
+                                      "Softplus",
+                                      "Softsign",
+                                      "Tanh",
+                                      "Erf",
+                                      "Exp",
+                                      "Log",
+                                      "Sqrt",
+                                      "Reciprocal",
+                                      "Floor",
+                                      "Ceil",
+                                      "Round",
+                                      "Sin",
+                                      "Cos",
+                                      "Tan",
+                                      "Asin",
+                                      "Acos",
+                                      "Atan",
+                                      "Sinh",
+                                      "Cosh",
+                                      "Asinh",
+                                      "Acosh",
+                                      "Atanh",
+                                      "Neg",
+                                      "Abs",
+                                      "Sign",
+                                      "Identity",
+                                      "Cast",
+                                      "Clip",
+                                      "ThresholdedRelu",
+                                      "Shrink"};
+const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div",  "Pow", "PRelu",
+                                       "Max", "Min", "Sum", "Mean", "Mod"};
 const std::set<std::string> kReduce = {
     "ReduceSum", "ReduceMean", "ReduceMax",       "ReduceMin",    "ReduceProd",
     "ReduceL1",  "ReduceL2",   "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"};
@@ -45,8 +78,8 @@ const std::set<std::string> kSoftmax = {"Softmax", "LogSoftmax"};
 const std::set<std::string> kReshape = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
 const std::set<std::string> kLayout = {"Transpose", "Expand", "Slice", "Concat", "Split", "Tile"};
 // Ops with a lowering of their own (no kind-wide rule).
-const std::set<std::string> kOther = {"Gather", "Where", "LayerNormalization", "Resize", "Upsample",
-                                      "Pad",    "CumSum"};
+const std::set<std::string> kOther = {
+    "Gather", "Where", "LayerNormalization", "Resize", "Upsample", "Pad", "CumSum", "CastLike"};
 // Ops producing a bool (stored as UInt(8), 0 or 1): comparisons of numbers (a mask from
 // positions or ids, `x > 0`), logic on bools (masks combined). Exporters write them around
 // a Where; on `reference` alone they cut the kernel that holds the Where.
@@ -58,6 +91,15 @@ const std::set<std::string> kFloatTests = {"IsNaN", "IsInf"};
 // The index of the extreme along one axis (a segmentation map's classes, a classifier's
 // label): float32 in, int64 out.
 const std::set<std::string> kArgReduce = {"ArgMax", "ArgMin"};
+// Ops that pick, place or mask elements by index or position (post-processing, one-hot
+// masks, gathered or scattered rows, causal masks); their data may be any buffer type.
+// ONNX's Scatter (opsets 9-10) is ScatterElements before its rename.
+const std::set<std::string> kIndexed = {"GatherElements", "GatherND",  "ScatterElements",
+                                        "Scatter",        "ScatterND", "Trilu"};
+const std::set<std::string> kScatter = {"ScatterElements", "Scatter", "ScatterND"};
+// float32 ops with a lowering of their own that no other backend runs (Hardmax) or that
+// produce another type than they read (OneHot: the type of its values).
+const std::set<std::string> kPositional = {"Hardmax", "OneHot"};
 
 bool makes_bool(const std::string& op) {
   return kCompare.count(op) || kLogical.count(op) || kFloatTests.count(op);
@@ -70,7 +112,7 @@ bool number_dtype(DType t) {
 // Ops that move elements without computing on them: their data may be any type a buffer
 // holds (GPT-2 reshapes int64 input_ids, a bool mask may be transposed).
 bool moves_data(const std::string& op) {
-  return kReshape.count(op) || kLayout.count(op) || op == "Gather";
+  return kReshape.count(op) || kLayout.count(op) || kIndexed.count(op) || op == "Gather";
 }
 
 bool buffer_dtype(DType t) {
@@ -114,13 +156,23 @@ bool is_param_input(const std::string& op, size_t i) {
   if (i == 0) return false;
   return kReshape.count(op) || kReduce.count(op) || op == "Expand" || op == "Slice" ||
          op == "Split" || op == "Tile" || op == "Resize" || op == "Upsample" || op == "Pad" ||
-         op == "CumSum";
+         op == "CumSum" || op == "Trilu" || op == "CastLike" || (op == "OneHot" && i == 1);
 }
 
 // Inputs whose values lowering needs (they become loop bounds and offsets).
 bool needs_constant(const std::string& op, size_t i) {
   return i > 0 && (op == "Slice" || kReduce.count(op) || op == "Resize" || op == "Upsample" ||
-                   op == "Pad" || op == "CumSum");
+                   op == "Pad" || op == "CumSum" || op == "Trilu" || (op == "OneHot" && i == 1));
+}
+
+// Index inputs: Gather's, GatherElements' and ScatterElements' may be int32 or int64;
+// GatherND's and ScatterND's tuples are int64 (ONNX allows no other).
+std::optional<std::set<DType>> index_dtypes(const std::string& op, size_t i) {
+  if (i != 1) return std::nullopt;
+  if (op == "Gather" || op == "GatherElements" || op == "ScatterElements" || op == "Scatter")
+    return std::set<DType>{DType::kInt32, DType::kInt64};
+  if (op == "GatherND" || op == "ScatterND") return std::set<DType>{DType::kInt64};
+  return std::nullopt;
 }
 
 std::vector<Var> dim_vars(size_t rank) {
@@ -160,6 +212,13 @@ struct Reduction {
   Shape out_shape;
   std::optional<Halide::RDom> rdom;
   std::vector<std::pair<Func, Shape>> producers;  // materialised with it (Softmax's exp)
+};
+
+// A scattered tensor (ScatterElements, ScatterND): a copy of the data, then a serial update
+// over the updates.
+struct Scatter {
+  Func f;
+  Shape shape;
 };
 
 // A running sum along one axis (CumSum): an update walking the axis in order.
@@ -360,7 +419,12 @@ class Lowerer {
     const Shape& oshape = g_.value(n.outputs[0]).shape;
 
     std::vector<Val> results;
-    if (kUnary.count(op)) {
+    if (op == "Cast" || op == "CastLike") {
+      const DType to = g_.value(n.outputs[0]).dtype;
+      const Val& x = *ins[0];
+      results.push_back(
+          define(name, oshape, [&](const Index& i) { return convert(at(x, i), to); }));
+    } else if (kUnary.count(op)) {
       auto fn = unary(n, ins);
       const Val& x = *ins[0];
       results.push_back(define(name, oshape, [&](const Index& i) { return fn(at(x, i), i); }));
@@ -382,6 +446,18 @@ class Lowerer {
       results.push_back(lower_arg_reduce(n, *ins[0], name));
     } else if (op == "CumSum") {
       results.push_back(lower_cumsum(n, *ins[0], name));
+    } else if (op == "Hardmax") {
+      results.push_back(lower_hardmax(n, *ins[0], name));
+    } else if (op == "OneHot") {
+      results.push_back(lower_one_hot(n, *ins[0], *ins[2], oshape, name));
+    } else if (op == "Trilu") {
+      results.push_back(lower_trilu(n, *ins[0], name));
+    } else if (op == "GatherElements") {
+      results.push_back(lower_gather_elements(n, *ins[0], *ins[1], name));
+    } else if (op == "GatherND") {
+      results.push_back(lower_gather_nd(n, *ins[0], *ins[1], oshape, name));
+    } else if (kScatter.count(op)) {
+      results.push_back(lower_scatter(n, *ins[0], *ins[1], *ins[2], name));
     } else if (kSoftmax.count(op)) {
       results.push_back(lower_softmax(n, *ins[0], name));
     } else if (makes_bool(op)) {
@@ -411,8 +487,9 @@ class Lowerer {
       Val& v = results[k];
       v.after_reduction |= after;
       v.reshaped_after_reduction |=
-          reshaped || (after && (kReshape.count(op) || kLayout.count(op) || op == "Resize" ||
-                                 op == "Upsample" || op == "Pad"));
+          reshaped ||
+          (after && (kReshape.count(op) || kLayout.count(op) || kIndexed.count(op) ||
+                     op == "OneHot" || op == "Resize" || op == "Upsample" || op == "Pad"));
       if (n.outputs[k] != kNoValue) vals_[n.outputs[k]] = v;
     }
   }
@@ -447,6 +524,16 @@ class Lowerer {
     }
     if (op == "HardSwish")
       return f([](Expr x) { return x * Halide::clamp(x / 6.0f + 0.5f, 0.0f, 1.0f); });
+    if (op == "ThresholdedRelu") {
+      float a = n.attr_float("alpha", 1.0f);
+      return f([a](Expr x) { return Halide::select(x > a, x, 0.0f); });
+    }
+    if (op == "Shrink") {
+      float bias = n.attr_float("bias", 0.0f), lambd = n.attr_float("lambd", 0.5f);
+      return f([bias, lambd](Expr x) {
+        return Halide::select(x<-lambd, x + bias, x> lambd, x - bias, 0.0f);
+      });
+    }
     if (op == "Softplus")
       return f([](Expr x) {
         return Halide::select(x > 0.0f, x + Halide::log(1.0f + exp_f32(-x)),
@@ -477,7 +564,7 @@ class Lowerer {
     if (op == "Abs") return f([](Expr x) { return Halide::abs(x); });
     if (op == "Sign")
       return f([](Expr x) { return Halide::select(x > 0.0f, 1.0f, x < 0.0f, -1.0f, 0.0f * x); });
-    if (op == "Identity" || op == "Cast") return f([](Expr x) { return x; });
+    if (op == "Identity") return f([](Expr x) { return x; });
     if (op == "Clip") {
       Expr lo_attr = -kInf, hi_attr = kInf;
       const Val *lo = nullptr, *hi = nullptr;
@@ -546,6 +633,14 @@ class Lowerer {
     if (op == "Div") return a[0] / a[1];
     if (op == "Pow") return pow_expr(a[0], vals_.at(n.inputs[1]), a[1]);
     if (op == "PRelu") return Halide::select(a[0] < 0.0f, a[1] * a[0], a[0]);
+    if (op == "Mod") {
+      // C's fmodf, exact as the reference's std::fmod (Halide's float % is a - b*floor(a/b),
+      // which rounds); with fmod=0 the remainder takes the divisor's sign, like Python's %.
+      Expr rem = Halide::Internal::Call::make(Halide::Float(32), "fmodf", {a[0], a[1]},
+                                              Halide::Internal::Call::PureExtern);
+      if (n.attr_int("fmod", 0) != 0) return rem;
+      return Halide::select(rem != 0.0f && ((rem < 0.0f) != (a[1] < 0.0f)), rem + a[1], rem);
+    }
     Expr acc = a[0];
     for (size_t k = 1; k < a.size(); ++k) {
       if (op == "Max")
@@ -711,16 +806,209 @@ class Lowerer {
     const size_t q = indices.shape.size();
     return define(name, out, [&](const Index& i) {
       Index ii(i.begin() + axis, i.begin() + axis + static_cast<long>(q));
-      Expr k = Halide::cast<int>(at(indices, ii));
-      k = Halide::select(k < 0, k + dim, k);
-      Expr in_range = k >= 0 && k < dim;
+      const Resolved k = resolve_index(at(indices, ii), dim);
       Index src(i.begin(), i.begin() + axis);
-      src.push_back(Halide::clamp(k, 0, dim - 1));
+      src.push_back(k.at);
       for (size_t d = static_cast<size_t>(axis) + 1; d < ds.size(); ++d)
         src.push_back(i[d - 1 + q]);
-      return Halide::require(in_range, at(data, src),
+      return Halide::require(k.in_range, at(data, src),
                              "Gather: an index is out of range for an axis of", dim);
     });
+  }
+
+  // An index resolved against an axis of `dim` elements as the reference resolves it
+  // (negative ones count from the end), in 64 bits so that no huge index wraps into range:
+  // whether it is in range, and the position to read, clamped so that an index out of range
+  // never reads outside (the kernel fails through `require` instead).
+  struct Resolved {
+    Expr in_range, at;
+  };
+  static Resolved resolve_index(Expr index, int64_t dim) {
+    Expr k = Halide::cast<int64_t>(index);
+    k = Halide::select(k < 0, k + Expr(dim), k);
+    return {k >= 0 && k < Expr(dim),
+            Halide::cast<int>(Halide::clamp(k, Expr(int64_t{0}), Expr(dim - 1)))};
+  }
+
+  // Cast as the reference converts (ops' convert_value): to bool, nonzero; a float to an
+  // integer truncated toward zero, saturated at the type's range, NaN to 0; the rest as C.
+  static Expr convert(Expr v, DType to) {
+    const Halide::Type t = halide_type(to);
+    if (to == DType::kBool) return Halide::cast<uint8_t>(v != Halide::cast(v.type(), 0));
+    if (!v.type().is_float() || !t.is_int()) return Halide::cast(t, v);
+    const float hi = std::ldexp(1.0f, t.bits() - 1);  // 2^31 or 2^63, exact as a float
+    Expr inside = Halide::cast(t, Halide::clamp(v, -hi, std::nextafter(hi, 0.0f)));
+    return Halide::select(Halide::is_nan(v), Halide::cast(t, 0), v >= hi, t.max(), v <= -hi,
+                          t.min(), inside);
+  }
+
+  // Trilu: the upper (col - row >= k) or lower (col - row <= k) triangle of each matrix in
+  // the last two dims, zeros elsewhere.
+  Val lower_trilu(const Node& n, const Val& x, const std::string& name) {
+    const int64_t k = n.input(1) != kNoValue ? int_values(g_, n.input(1)).at(0) : 0;
+    const bool upper = n.attr_int("upper", 1) != 0;
+    const size_t r = x.shape.size();
+    return define(name, x.shape, [&](const Index& i) {
+      Expr diagonal = Halide::cast<int64_t>(i[r - 1]) - Halide::cast<int64_t>(i[r - 2]);
+      Expr keep = upper ? diagonal >= Expr(k) : diagonal <= Expr(k);
+      Expr v = at(x, i);
+      return Halide::select(keep, v, Halide::cast(v.type(), 0));
+    });
+  }
+
+  // Hardmax as the reference: 1 at the first largest value along the axis (the dims from
+  // `axis` on, flattened, before opset 13), 0 elsewhere. The reference's scan keeps the
+  // first element while nothing compares greater, so a NaN there wins and later NaNs never
+  // do: the first position of the largest non-NaN value, unless the first value is NaN.
+  Val lower_hardmax(const Node& n, const Val& x, const std::string& name) {
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    const bool coerce_2d = g_.opset < 13;
+    int64_t axis = n.attr_int("axis", coerce_2d ? 1 : -1);
+    if (axis < 0) axis += rank;
+    const int64_t last = coerce_2d ? rank : axis + 1;
+    std::vector<bool> mask(rank, false);
+    int64_t count = 1;
+    for (int64_t d = axis; d < last; ++d) mask[d] = true, count *= x.shape[d];
+    auto position = [&](const Index& i) {
+      Expr p = 0;
+      for (int64_t d = axis; d < last; ++d) p = p * static_cast<int>(x.shape[d]) + i[d];
+      return p;
+    };
+    const Expr none = static_cast<int>(count);
+    Val largest = reduce(
+        name + "_max", x.shape, mask, true, -kInf, [](Expr a, Expr b) { return Halide::max(a, b); },
+        [&](const Index& i) {
+          Expr v = at(x, i);
+          return Halide::select(Halide::is_nan(v), -kInf, v);
+        });
+    Val first = reduce(
+        name + "_at", x.shape, mask, true, none, [](Expr a, Expr b) { return Halide::min(a, b); },
+        [&](const Index& i) {
+          // Halide compiles float compares without NaN semantics: NaNs are excluded first.
+          Expr v = at(x, i);
+          return Halide::select(!Halide::is_nan(v) && v == at_broadcast(largest, x.shape, i),
+                                position(i), none);
+        });
+    Val out = define(name, x.shape, [&](const Index& i) {
+      Index origin = i;
+      for (int64_t d = axis; d < last; ++d) origin[d] = 0;
+      Expr pick = Halide::select(Halide::is_nan(at(x, origin)), 0, at_broadcast(first, x.shape, i));
+      return Halide::select(position(i) == pick, 1.0f, 0.0f);
+    });
+    out.after_reduction = true;
+    return out;
+  }
+
+  // OneHot: `on` where the (truncated) index equals the position along the new axis,
+  // negative indices counting from the end, `off` elsewhere (an index out of range gives
+  // an all-off row).
+  Val lower_one_hot(const Node& n, const Val& indices, const Val& values, const Shape& out,
+                    const std::string& name) {
+    int64_t axis = n.attr_int("axis", -1);
+    if (axis < 0) axis += static_cast<int64_t>(out.size());
+    const int64_t depth = out[axis];
+    return define(name, out, [&](const Index& i) {
+      Index ii = i;
+      ii.erase(ii.begin() + axis);
+      Expr k = Halide::cast<int64_t>(at(indices, ii));
+      k = Halide::select(k < 0, k + Expr(depth), k);
+      return Halide::select(k == Halide::cast<int64_t>(i[axis]), at(values, {Expr(1)}),
+                            at(values, {Expr(0)}));
+    });
+  }
+
+  // out[i] = data[i with its `axis` coordinate replaced by indices[i]].
+  Val lower_gather_elements(const Node& n, const Val& data, const Val& indices,
+                            const std::string& name) {
+    int64_t axis = n.attr_int("axis", 0);
+    if (axis < 0) axis += static_cast<int64_t>(data.shape.size());
+    const int64_t dim = data.shape[axis];
+    return define(name, indices.shape, [&](const Index& i) {
+      const Resolved k = resolve_index(at(indices, i), dim);
+      Index src = i;
+      src[axis] = k.at;
+      return Halide::require(k.in_range, at(data, src),
+                             "GatherElements: an index is out of range for an axis of",
+                             static_cast<int>(dim));
+    });
+  }
+
+  // GatherND: the slice of data at each index tuple (the last dim of indices), within the
+  // batch (the first batch_dims dims, shared by data and indices).
+  Val lower_gather_nd(const Node& n, const Val& data, const Val& indices, const Shape& out,
+                      const std::string& name) {
+    const Shape &ds = data.shape, &is = indices.shape;
+    const size_t q = is.size(), b = static_cast<size_t>(n.attr_int("batch_dims", 0));
+    const size_t k = static_cast<size_t>(is.back());
+    return define(name, out, [&](const Index& i) {
+      Index src(i.begin(), i.begin() + static_cast<long>(b));
+      Expr ok = Halide::cast<bool>(true);
+      for (size_t m = 0; m < k; ++m) {
+        Index tuple(i.begin(), i.begin() + static_cast<long>(q - 1));
+        tuple.push_back(static_cast<int>(m));
+        const Resolved r = resolve_index(at(indices, tuple), ds[b + m]);
+        ok = ok && r.in_range;
+        src.push_back(r.at);
+      }
+      for (size_t d = b + k; d < ds.size(); ++d) src.push_back(i[q - 1 + (d - b - k)]);
+      return Halide::require(ok, at(data, src), "GatherND: an index is out of range");
+    });
+  }
+
+  // ScatterElements (Scatter) and ScatterND: the data copied, then each update written (or
+  // combined: add, mul, max, min) where its index points, one after another in the
+  // reference's order, so that duplicate indices end as the reference's do. The updates
+  // stay serial; an index out of range fails the kernel.
+  Val lower_scatter(const Node& n, const Val& data, const Val& indices, const Val& updates,
+                    const std::string& name) {
+    const Shape &ds = data.shape, &is = indices.shape;
+    const Shape& us = g_.value(n.inputs[2]).shape;
+    Scatter sc{Func(name), ds};
+    std::vector<Var> hv = dim_vars(ds.size());
+    sc.f(hv) = at(data, index_of(hv));
+    std::vector<Halide::Range> ranges;
+    for (size_t d = us.size(); d-- > 0;) ranges.emplace_back(0, static_cast<int>(us[d]));
+    Halide::RDom r(ranges);
+    Index u(us.size());
+    for (size_t d = 0; d < us.size(); ++d) u[d] = r[static_cast<int>(us.size() - 1 - d)];
+    Index dst;
+    Expr ok = Halide::cast<bool>(true);
+    if (n.op_type == "ScatterND") {
+      const size_t q = is.size(), k = static_cast<size_t>(is.back());
+      for (size_t m = 0; m < k; ++m) {
+        Index tuple(u.begin(), u.begin() + static_cast<long>(q - 1));
+        tuple.push_back(static_cast<int>(m));
+        const Resolved res = resolve_index(at(indices, tuple), ds[m]);
+        ok = ok && res.in_range;
+        dst.push_back(res.at);
+      }
+      for (size_t d = k; d < ds.size(); ++d) dst.push_back(u[q - 1 + (d - k)]);
+    } else {
+      int64_t axis = n.attr_int("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(ds.size());
+      const Resolved res = resolve_index(at(indices, u), ds[axis]);
+      dst = u;
+      dst[axis] = res.at;
+      ok = res.in_range;
+    }
+    const std::string reduction = n.attr_string("reduction", "none");
+    Expr cur = sc.f(halide_args(dst)), v = at(updates, u);
+    if (reduction == "add")
+      v = cur + v;
+    else if (reduction == "mul")
+      v = cur * v;
+    else if (reduction == "max")
+      v = Halide::select(cur < v, v, cur);  // std::max's choice, NaNs included
+    else if (reduction == "min")
+      v = Halide::select(v < cur, v, cur);
+    sc.f(halide_args(dst)) =
+        Halide::require(ok, v, "Scatter: an index is out of range in", n.op_type);
+    scatters_.push_back(sc);
+    Val out;
+    out.f = sc.f;
+    out.shape = ds;
+    out.after_reduction = true;
+    return out;
   }
 
   // Resize/Upsample in any mode, by the reference's taps (ops::resize_taps: the same
@@ -1101,11 +1389,26 @@ class Lowerer {
     }
   }
 
+  // A scatter in a buffer of its own: the copy vectorised and spread over threads, the
+  // updates one after another (two could write one element).
+  static void schedule_scatter(Scatter& sc) {
+    sc.f.compute_root();
+    const size_t rank = sc.shape.size();
+    if (rank == 0) return;
+    std::vector<Var> hv = dim_vars(rank);
+    int64_t total = 1;
+    for (int64_t d : sc.shape) total *= d;
+    if (sc.shape[rank - 1] >= 8)
+      sc.f.vectorize(hv[0], sc.shape[rank - 1] >= 16 ? 16 : 8, Halide::TailStrategy::GuardWithIf);
+    if (rank >= 2 && sc.shape[0] >= 2 && total >= kParallelMin) sc.f.parallel(hv[rank - 1]);
+  }
+
   void schedule(std::vector<Func>& outputs, const std::vector<const Val*>& vals) {
     std::vector<Loops> loops;
     for (size_t k = 0; k < outputs.size(); ++k)
       loops.push_back(schedule_pointwise(outputs[k], vals[k]->shape));
     for (Scan& scan : scans_) schedule_scan(scan);
+    for (Scatter& sc : scatters_) schedule_scatter(sc);
     for (Reduction& red : reductions_) {
       const size_t rank = red.in_shape.size();
       const bool inner_reduced = rank > 0 && red.mask[rank - 1];
@@ -1160,6 +1463,7 @@ class Lowerer {
   std::map<ValueId, Val> vals_;
   std::vector<Reduction> reductions_;
   std::vector<Scan> scans_;
+  std::vector<Scatter> scatters_;
   int counter_ = 0;
 };
 
@@ -1197,8 +1501,14 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
   const std::string& op = n.op_type;
   if (!kUnary.count(op) && !kBinary.count(op) && !kReduce.count(op) && !kSoftmax.count(op) &&
       !kReshape.count(op) && !kLayout.count(op) && !kOther.count(op) && !makes_bool(op) &&
-      !kArgReduce.count(op))
+      !kArgReduce.count(op) && !kIndexed.count(op) && !kPositional.count(op))
     return "op not lowered";
+  if (kScatter.count(op)) {
+    const std::string r = n.attr_string("reduction", "none");
+    if (r != "none" && r != "add" && r != "mul" && r != "max" && r != "min")
+      return "reduction " + r;
+    if (r != "none" && g.value(n.inputs[0]).dtype == DType::kBool) return "reduction of bools";
+  }
   if (makes_bool(op)) {
     // Its operands' types are checked with every op's below.
     const size_t operands = op == "Not" || kFloatTests.count(op) ? 1 : 2;
@@ -1225,7 +1535,10 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
     } else if (kArgReduce.count(op)) {
       if (val.dtype != DType::kInt64)
         return fmt::format("output of type {}, not int64", dtype_name(val.dtype));
-    } else if (moves_data(op) ? !buffer_dtype(val.dtype) : val.dtype != DType::kFloat32) {
+    } else if (op == "OneHot") {
+      if (!number_dtype(val.dtype)) return fmt::format("values of type {}", dtype_name(val.dtype));
+    } else if (moves_data(op) || op == "Cast" || op == "CastLike" ? !buffer_dtype(val.dtype)
+                                                                  : val.dtype != DType::kFloat32) {
       return fmt::format("output of type {}, not float32", dtype_name(val.dtype));
     }
     if (!val.shape_known) return "unknown shape";
@@ -1241,8 +1554,12 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
     const Value& val = g.value(v);
     if (needs_constant(op, i) && !val.is_constant()) return "shape/axes input is not constant";
     if (is_param_input(op, i)) continue;
-    if (op == "Gather" && i == 1) {
-      if (val.dtype != DType::kInt64 && val.dtype != DType::kInt32) return "indices not int32/64";
+    if (const auto allowed = index_dtypes(op, i)) {
+      if (!allowed->count(val.dtype))
+        return fmt::format("indices of type {}", dtype_name(val.dtype));
+    } else if (op == "OneHot") {
+      if (!number_dtype(val.dtype))
+        return fmt::format("{} of type {}", i == 0 ? "indices" : "values", dtype_name(val.dtype));
     } else if (op == "Where" && i == 0) {
       if (val.dtype != DType::kBool) return "condition is not bool";
     } else if (makes_bool(op)) {
@@ -1251,7 +1568,8 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
                                   : val.dtype != DType::kBool)
         return fmt::format("{} of {}", op, dtype_name(val.dtype));
       if (!val.shape_known) return "unknown shape";
-    } else if (moves_data(op) ? !buffer_dtype(val.dtype) : val.dtype != DType::kFloat32) {
+    } else if (moves_data(op) || op == "Cast" || op == "CastLike" ? !buffer_dtype(val.dtype)
+                                                                  : val.dtype != DType::kFloat32) {
       return fmt::format("input of type {}, not float32", dtype_name(val.dtype));
     }
     if (val.shape.size() > 16) return "rank > 16";
@@ -1261,7 +1579,6 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
   }
   if (n.has_attr("broadcast") || ((kBinary.count(op) || makes_bool(op)) && g.opset < 7))
     return "legacy broadcasting";
-  if (op == "Cast" && g.value(n.inputs[0]).dtype != DType::kFloat32) return "cast from non-float";
   if (kReduce.count(op)) return reduce_axes_reason(g, n);
   if (op == "Split" && std::count(n.outputs.begin(), n.outputs.end(), kNoValue) > 0)
     return "omitted outputs";
@@ -1301,8 +1618,9 @@ std::string describe(const Graph& g) {
   };
   // The lowering's revision: bumped whenever lowering or scheduling changes what a
   // description compiles to, so that kernels cached on disk before are not reused (the
-  // cache key hashes this text). 2: typed buffers, Gather, Where, LayerNormalization.
-  std::string s = fmt::format("lowering 2\nopset {}\n", g.opset);
+  // cache key hashes this text). 2: typed buffers, Gather, Where, LayerNormalization. 3:
+  // indices resolved in 64 bits (a huge int64 index wrapped into range in 32).
+  std::string s = fmt::format("lowering 3\nopset {}\n", g.opset);
   for (ValueId v : g.inputs) s += "in " + ref(v) + "\n";
   for (const Node& n : g.nodes()) {
     s += n.op_type + "(";

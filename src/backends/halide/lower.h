@@ -1,6 +1,6 @@
 // Lowering a standalone subgraph (see extract_subgraph) of float32 elementwise, broadcast,
-// injective and reduction ops (and CumSum's scan) to one Halide pipeline, with a
-// hand-written schedule.
+// injective and reduction ops (and CumSum's scan, the scatters' serial updates, the index
+// and mask ops) to one Halide pipeline, with a hand-written schedule.
 #pragma once
 
 #include <Halide.h>
@@ -21,7 +21,8 @@ std::string unsupported_reason(const Graph& graph, const Node& node);
 // Data is float32 except where an op reads or moves other types: Gather's indices (int32 /
 // int64), Where's condition (bool, read as uint8), the layout ops' data (int32, int64,
 // bool: GPT-2 reshapes its input_ids before the embedding Gather), comparisons' and IsNaN /
-// IsInf's results (bool) and ArgMax / ArgMin's positions (int64).
+// IsInf's results (bool), ArgMax / ArgMin's positions (int64), the index ops' indices
+// (int32 / int64) and data (any of these), OneHot's values and Cast's ends.
 struct Lowered {
   Halide::Pipeline pipeline;
   std::vector<Halide::Argument> arguments;
