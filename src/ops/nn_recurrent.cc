@@ -157,6 +157,18 @@ RecurrentDims recurrent_dims(const RecurrentSpec& spec, const Shape& x) {
   return {spec.batch_major ? x[1] : x[0], spec.batch_major ? x[0] : x[1], x[2]};
 }
 
+bool every_sequence_full(const Graph& g, const Node& n) {
+  if (n.input(kRecSeqLens) == kNoValue) return true;
+  const Value& lens = g.value(n.input(kRecSeqLens));
+  const Value& x = g.value(n.input(kRecX));
+  if (!lens.is_constant() || lens.constant.dtype() != DType::kInt32 || !x.shape_known ||
+      x.shape.size() != 3)
+    return false;
+  const int64_t seq = recurrent_dims(recurrent_spec(g, n), x.shape).seq;
+  const int32_t* l = lens.constant.data<int32_t>();
+  return std::all_of(l, l + lens.constant.numel(), [&](int32_t v) { return v == seq; });
+}
+
 namespace {
 
 // The (seq, batch) layout of X and Y, and the (direction, batch) layout of the states.

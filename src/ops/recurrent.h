@@ -75,6 +75,10 @@ struct RecurrentDims {
 };
 RecurrentDims recurrent_dims(const RecurrentSpec& spec, const Shape& x);
 
+// Whether the node's cells run every sequence to its end: no sequence_lens, or a constant one
+// of every sequence's full length (tf2onnx writes one). Kernels that take only that test it.
+bool every_sequence_full(const Graph& graph, const Node& node);
+
 // Parses and checks the node's attributes: Error(kInvalidModel) for values ONNX does not
 // define, naming the node.
 RecurrentSpec recurrent_spec(const Node& node);

@@ -1,5 +1,6 @@
 // The `blas` backend: GEMM-shaped ops on OpenBLAS's sgemm with a fused elementwise
-// epilogue. Op-level: each kernel is one library GEMM (per image/batch) plus its tail.
+// epilogue. Op-level: each kernel is one library GEMM (per image/batch) plus its tail, or a
+// recurrent layer's products and cell updates (recurrent_kernel.h).
 #include <algorithm>
 #include <set>
 
@@ -9,6 +10,7 @@
 #include "backends/blas/fused_group.h"
 #include "backends/blas/gemm_kernel.h"
 #include "backends/blas/openblas_info.h"
+#include "backends/blas/recurrent_kernel.h"
 #include "collage/backend.h"
 
 namespace collage::blas {
@@ -123,6 +125,11 @@ class BlasBackend : public Backend {
         {"ConvTranspose",
          op("ConvTranspose", {any(), constant(), maybe(constant())}).where(f32, kWhat),
          {}},
+        {"Recurrent",
+         op_in({"RNN", "GRU", "LSTM"})
+             .where(recurrent_takes,
+                    "float32, default functions, no clip, full-length sequences, layout 0"),
+         {}},
     };
   }
 
@@ -145,6 +152,9 @@ class BlasBackend : public Backend {
     if (!options.variant.empty())
       fail(ErrorKind::kUnsupported, "blas: no variant '{}'", options.variant);
     set_openblas_threads(options.threads);
+    if (subgraph.num_nodes() == 1 && recurrent_takes(subgraph, subgraph.node(0)))
+      return std::make_unique<ThreadCountKernel>(compile_recurrent(subgraph, options.threads),
+                                                 options.threads);
     const int threads = helper_threads(options.threads);
     const NodeId head = find_head(subgraph);
     const std::string& op = subgraph.node(head).op_type;

@@ -51,18 +51,6 @@ bool absent(const Node& n, size_t i) {
   return n.input(i) == kNoValue;
 }
 
-// sequence_lens given as a constant of every sequence's full length (tf2onnx writes one): the
-// cells compute the same as without it.
-bool full_lengths(const Graph& g, const Node& n) {
-  const Value& lens = g.value(n.input(ops::kRecSeqLens));
-  const Value& x = g.value(n.input(ops::kRecX));
-  if (!lens.is_constant() || lens.constant.dtype() != DType::kInt32 || !x.shape_known ||
-      x.shape.size() != 3)
-    return false;
-  const int32_t* l = lens.constant.data<int32_t>();
-  return std::all_of(l, l + lens.constant.numel(), [&](int32_t v) { return v == x.shape[0]; });
-}
-
 struct RecurrentShapes {
   int64_t seq, batch, input, hidden, directions, gates;
 };
@@ -211,7 +199,7 @@ bool recurrent_takes(const Graph& g, const Node& n) {
   } catch (const Error&) {
     return false;
   }
-  if (s.batch_major || !(absent(n, ops::kRecSeqLens) || full_lengths(g, n))) return false;
+  if (s.batch_major || !ops::every_sequence_full(g, n)) return false;
   if (s.cell == RecurrentCell::kRnn ? (s.clip || !rnn_function(s)) : !s.default_functions())
     return false;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
