@@ -322,6 +322,54 @@ TEST(HalideIndexOps, HardmaxLikeReferenceWithTiesAndNaNs) {
   }
 }
 
+// TopK on values with ties (a coarse grid), signed zeros, infinities and NaNs, largest and
+// smallest, along random axes, k from 1 to the axis (a full sort) within the kernel's limit:
+// the reference's order exactly (NaN above everything, equal values lower index first),
+// values and indices. A k past the limit is left to the reference.
+TEST(HalideIndexOps, TopKLikeReferenceWithTiesAndNaNs) {
+  std::mt19937 rng(101);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int trial = 0; trial < 14; ++trial) {
+    const int rank = static_cast<int>(pick(rng, 1, 3));
+    Shape s = random_shape(rng, rank, 1, 9);
+    const int64_t axis = pick(rng, -rank, rank - 1);
+    const size_t a = static_cast<size_t>(axis < 0 ? axis + rank : axis);
+    if (trial == 0) s[a] = 40;  // long enough for the vectorised reduction over the axis
+    const int64_t k =
+        trial % 5 == 4 ? std::min<int64_t>(s[a], 16) : pick(rng, 1, std::min<int64_t>(s[a], 6));
+    const bool largest = trial % 2 == 0;
+    GraphBuilder b(11);
+    ValueId x = b.input("x", DType::kFloat32, s);
+    const std::vector<ValueId> out =
+        b.add("TopK", {x, b.constant("k", Tensor::from_vector<int64_t>({1}, {k}))},
+              {{"axis", attr_i(axis)}, {"largest", attr_i(largest)}}, 2);
+    output_doubled(b, out[0]);
+    b.output(out[1]);
+    Tensor xs(DType::kFloat32, s);
+    for (int64_t i = 0; i < xs.numel(); ++i) {
+      const int64_t r = pick(rng, 0, 99);
+      xs.data<float>()[i] = r < 4    ? inf
+                            : r < 8  ? -inf
+                            : r < 12 ? -0.0f
+                            : (trial % 3 == 0 && r < 24)
+                                ? (r % 2 ? NAN : -NAN)
+                                : 0.5f * static_cast<float>(pick(rng, -3, 3));
+    }
+    const std::string what = fmt::format("TopK {} axis {} k {} {}", shape_to_string(s), axis, k,
+                                         largest ? "largest" : "smallest");
+    EXPECT_TRUE(has_match(halide(), b.graph(), {out[0]})) << what;
+    auto [got, want] = testing::run_backend_and_reference(halide(), b.graph(), {xs});
+    EXPECT_TRUE(testing::outputs_match(got, want, Tolerance{0, 0})) << what;
+  }
+  GraphBuilder b(11);
+  ValueId x = b.input("x", DType::kFloat32, {2, 40});
+  const std::vector<ValueId> out =
+      b.add("TopK", {x, b.constant("k", Tensor::from_vector<int64_t>({1}, {17}))}, {}, 2);
+  b.output(out[0]);
+  b.output(out[1]);
+  testing::expect_unsupported(halide(), b.graph(), "TopK with k 17", "partial sort");
+}
+
 // Mod of floats of mixed signs (both conventions; fmod's result is exact, so equal bits),
 // and Casts from int64, int32 and bool to float and back, saturating and NaN included.
 TEST(HalideIndexOps, FloatModAndCastsLikeReference) {

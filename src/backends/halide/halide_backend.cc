@@ -126,8 +126,10 @@ class HalideBackend : public Backend {
         // rows, causal masks, float remainders) have no other fast backend either.
         {"IndexOps",
          op_in({"GatherElements", "GatherND", "ScatterElements", "Scatter", "ScatterND", "OneHot",
-                "Trilu", "Hardmax", "Mod"})
-             .where(ok, "float32 (Trilu, gathers and scatters: any data type a buffer holds)"),
+                "Trilu", "Hardmax", "Mod", "TopK"})
+             .where(ok,
+                    "float32 (Trilu, gathers and scatters: any data type a buffer holds; "
+                    "TopK: k up to 16)"),
          {}},
         {"LayerNormalization", op("LayerNormalization").where(ok, "float32, Y only"), {}},
         // Every sampling mode (the reference's taps as tables): a linear or cubic resize

@@ -99,7 +99,10 @@ const std::set<std::string> kIndexed = {"GatherElements", "GatherND",  "ScatterE
 const std::set<std::string> kScatter = {"ScatterElements", "Scatter", "ScatterND"};
 // float32 ops with a lowering of their own that no other backend runs (Hardmax) or that
 // produce another type than they read (OneHot: the type of its values).
-const std::set<std::string> kPositional = {"Hardmax", "OneHot"};
+const std::set<std::string> kPositional = {"Hardmax", "OneHot", "TopK"};
+// TopK runs one pass over the axis per element it keeps: beyond this many, the reference's
+// partial sort (n log k) is the better algorithm.
+constexpr int64_t kTopKMax = 16;
 
 bool makes_bool(const std::string& op) {
   return kCompare.count(op) || kLogical.count(op) || kFloatTests.count(op);
@@ -156,13 +159,15 @@ bool is_param_input(const std::string& op, size_t i) {
   if (i == 0) return false;
   return kReshape.count(op) || kReduce.count(op) || op == "Expand" || op == "Slice" ||
          op == "Split" || op == "Tile" || op == "Resize" || op == "Upsample" || op == "Pad" ||
-         op == "CumSum" || op == "Trilu" || op == "CastLike" || (op == "OneHot" && i == 1);
+         op == "CumSum" || op == "Trilu" || op == "CastLike" || op == "TopK" ||
+         (op == "OneHot" && i == 1);
 }
 
 // Inputs whose values lowering needs (they become loop bounds and offsets).
 bool needs_constant(const std::string& op, size_t i) {
-  return i > 0 && (op == "Slice" || kReduce.count(op) || op == "Resize" || op == "Upsample" ||
-                   op == "Pad" || op == "CumSum" || op == "Trilu" || (op == "OneHot" && i == 1));
+  return i > 0 &&
+         (op == "Slice" || kReduce.count(op) || op == "Resize" || op == "Upsample" || op == "Pad" ||
+          op == "CumSum" || op == "Trilu" || op == "TopK" || (op == "OneHot" && i == 1));
 }
 
 // Index inputs: Gather's, GatherElements' and ScatterElements' may be int32 or int64;
@@ -450,6 +455,8 @@ class Lowerer {
       results.push_back(lower_hardmax(n, *ins[0], name));
     } else if (op == "OneHot") {
       results.push_back(lower_one_hot(n, *ins[0], *ins[2], oshape, name));
+    } else if (op == "TopK") {
+      results = lower_topk(n, *ins[0], name);
     } else if (op == "Trilu") {
       results.push_back(lower_trilu(n, *ins[0], name));
     } else if (op == "GatherElements") {
@@ -897,6 +904,70 @@ class Lowerer {
     });
     out.after_reduction = true;
     return out;
+  }
+
+  // TopK (k <= kTopKMax) as the reference orders: largest (or smallest) first, NaN above
+  // everything, equal values lower index first. Each element gets an int64 key whose order
+  // is exactly that one: its float's bits mapped to an int32 of the same order (-0 as +0,
+  // every NaN the largest) times 2^30, plus its position (reversed when the largest come
+  // first). Round j is then a plain max (min) reduction over the axis of the
+  // keys below (above) round j-1's: k vectorisable passes, no float compare (Halide's have
+  // no NaN semantics) and no tie left to chance.
+  std::vector<Val> lower_topk(const Node& n, const Val& x, const std::string& name) {
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    int64_t axis = n.attr_int("axis", -1);
+    if (axis < 0) axis += rank;
+    const bool largest = n.attr_int("largest", 1) != 0;
+    const ValueId any_output = n.outputs[0] != kNoValue ? n.outputs[0] : n.outputs[1];
+    const Shape& out_shape = g_.value(any_output).shape;
+    const int k = static_cast<int>(out_shape[axis]);
+    // Keys in [-2^61, 2^61): Halide's simplifier folds differences of them (c < p as
+    // c - p < 0), which must not overflow int64 even against the sentinel `none`.
+    const int64_t low_mask = (int64_t{1} << 30) - 1;
+    std::vector<bool> mask(rank, false);
+    mask[axis] = true;
+    auto key = [&](const Index& i) {
+      Expr bits = Halide::reinterpret<int32_t>(at(x, i));
+      Expr nan = (bits & 0x7fffffff) > 0x7f800000;
+      Expr ordered = Halide::select(bits == std::numeric_limits<int32_t>::min(), 0, bits < 0,
+                                    bits ^ 0x7fffffff, bits);
+      ordered = Halide::select(nan, std::numeric_limits<int32_t>::max(), ordered);
+      Expr pos = Halide::cast<int64_t>(i[axis]);
+      return Halide::cast<int64_t>(ordered) * Expr(low_mask + 1) +
+             (largest ? Expr(low_mask) - pos : pos);
+    };
+    const Expr none = largest ? Expr(-(int64_t{1} << 61) - 1) : Expr(int64_t{1} << 61);
+    std::vector<Val> picks;
+    picks.reserve(k);
+    for (int j = 0; j < k; ++j) {
+      const Val* prev = j ? &picks.back() : nullptr;
+      Val pick = reduce(
+          fmt::format("{}_{}", name, j), x.shape, mask, true, none,
+          [largest](Expr a, Expr b) { return largest ? Halide::max(a, b) : Halide::min(a, b); },
+          [&](const Index& i) {
+            Expr c = key(i);
+            if (!prev) return c;
+            Expr p = at_broadcast(*prev, x.shape, i);
+            return Halide::select(largest ? c < p : c > p, c, none);
+          });
+      picks.push_back(pick);
+    }
+    Val indices = define(name + "_i", out_shape, [&](const Index& i) {
+      Index lane = i;
+      lane[axis] = 0;
+      Expr c = at(picks[k - 1], lane);
+      for (int j = k - 2; j >= 0; --j) c = Halide::select(i[axis] == j, at(picks[j], lane), c);
+      Expr low = c & Expr(low_mask);
+      return largest ? Expr(low_mask) - low : low;
+    });
+    const int len = static_cast<int>(x.shape[axis]);
+    Val values = define(name + "_v", out_shape, [&](const Index& i) {
+      Index src = i;
+      src[axis] = Halide::clamp(Halide::cast<int>(at(indices, i)), 0, len - 1);
+      return at(x, src);
+    });
+    indices.after_reduction = values.after_reduction = true;
+    return {values, indices};
   }
 
   // OneHot: `on` where the (truncated) index equals the position along the new axis,
@@ -1509,6 +1580,16 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
       return "reduction " + r;
     if (r != "none" && g.value(n.inputs[0]).dtype == DType::kBool) return "reduction of bools";
   }
+  if (op == "TopK") {
+    if (g.opset < 10) return "k as an attribute (opset < 10)";
+    if (n.input(1) == kNoValue || !g.value(n.input(1)).is_constant()) return "k not constant";
+    if (n.outputs.size() != 2) return "not its two outputs";
+    const Value& x = g.value(n.input(0));
+    if (x.shape_known && !x.shape.empty() && shape_numel(x.shape) >= (int64_t{1} << 30))
+      return "an axis of 2^30 elements or more";
+    if (g.value(n.input(1)).constant.get_as_int(0) > kTopKMax)
+      return fmt::format("k over {} (the reference's partial sort does better)", kTopKMax);
+  }
   if (makes_bool(op)) {
     // Its operands' types are checked with every op's below.
     const size_t operands = op == "Not" || kFloatTests.count(op) ? 1 : 2;
@@ -1537,6 +1618,9 @@ std::string unsupported_reason(const Graph& g, const Node& n) {
         return fmt::format("output of type {}, not int64", dtype_name(val.dtype));
     } else if (op == "OneHot") {
       if (!number_dtype(val.dtype)) return fmt::format("values of type {}", dtype_name(val.dtype));
+    } else if (op == "TopK") {
+      const DType want = v == n.outputs[0] ? DType::kFloat32 : DType::kInt64;
+      if (val.dtype != want) return fmt::format("output of type {}", dtype_name(val.dtype));
     } else if (moves_data(op) || op == "Cast" || op == "CastLike" ? !buffer_dtype(val.dtype)
                                                                   : val.dtype != DType::kFloat32) {
       return fmt::format("output of type {}, not float32", dtype_name(val.dtype));

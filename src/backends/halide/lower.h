@@ -1,6 +1,6 @@
 // Lowering a standalone subgraph (see extract_subgraph) of float32 elementwise, broadcast,
 // injective and reduction ops (and CumSum's scan, the scatters' serial updates, the index
-// and mask ops) to one Halide pipeline, with a hand-written schedule.
+// and mask ops, TopK's rounds) to one Halide pipeline, with a hand-written schedule.
 #pragma once
 
 #include <Halide.h>
