@@ -157,6 +157,24 @@ RecurrentDims recurrent_dims(const RecurrentSpec& spec, const Shape& x) {
   return {spec.batch_major ? x[1] : x[0], spec.batch_major ? x[0] : x[1], x[2]};
 }
 
+std::optional<RecurrentSpec> float32_recurrent_spec(const Graph& g, const Node& n) {
+  if (!n.domain.empty() || (n.op_type != "RNN" && n.op_type != "GRU" && n.op_type != "LSTM"))
+    return std::nullopt;
+  auto f32_known = [&](ValueId v) {
+    return g.value(v).dtype == DType::kFloat32 && g.value(v).shape_known;
+  };
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    if (n.inputs[i] != kNoValue && i != kRecSeqLens && !f32_known(n.inputs[i])) return std::nullopt;
+  for (ValueId v : n.outputs)
+    if (v != kNoValue && !f32_known(v)) return std::nullopt;
+  if (n.input(kRecX) == kNoValue || g.value(n.input(kRecX)).shape.size() != 3) return std::nullopt;
+  try {
+    return recurrent_spec(g, n);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
 bool every_sequence_full(const Graph& g, const Node& n) {
   if (n.input(kRecSeqLens) == kNoValue) return true;
   const Value& lens = g.value(n.input(kRecSeqLens));

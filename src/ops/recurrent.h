@@ -75,6 +75,11 @@ struct RecurrentDims {
 };
 RecurrentDims recurrent_dims(const RecurrentSpec& spec, const Shape& x);
 
+// The spec of an RNN, GRU or LSTM node of the default domain whose inputs (sequence_lens
+// aside) and outputs are float32 of known shapes, X of rank 3, its attributes valid; nullopt
+// for any other node. What a backend's kernel for these ops tests first.
+std::optional<RecurrentSpec> float32_recurrent_spec(const Graph& graph, const Node& node);
+
 // Whether the node's cells run every sequence to its end: no sequence_lens, or a constant one
 // of every sequence's full length (tf2onnx writes one). Kernels that take only that test it.
 bool every_sequence_full(const Graph& graph, const Node& node);

@@ -19,10 +19,6 @@ namespace {
 using ops::RecurrentCell;
 using ops::RecurrentSpec;
 
-bool is_f32_known(const Graph& g, ValueId v) {
-  return g.value(v).dtype == DType::kFloat32 && g.value(v).shape_known;
-}
-
 // Position of `value` in the subgraph's outputs, or -1 (an output nobody reads).
 int output_index(const Graph& g, ValueId value) {
   if (value == kNoValue) return -1;
@@ -211,23 +207,12 @@ class RecurrentKernel : public Kernel {
 }  // namespace
 
 bool recurrent_takes(const Graph& g, const Node& n) {
-  if (!n.domain.empty() || (n.op_type != "RNN" && n.op_type != "GRU" && n.op_type != "LSTM"))
+  const std::optional<RecurrentSpec> s = ops::float32_recurrent_spec(g, n);
+  if (!s || s->batch_major || !s->default_functions() || !ops::every_sequence_full(g, n))
     return false;
-  RecurrentSpec s;
-  try {
-    s = ops::recurrent_spec(g, n);
-  } catch (const Error&) {
-    return false;
-  }
-  if (s.batch_major || !s.default_functions() || !ops::every_sequence_full(g, n)) return false;
-  for (size_t i = 0; i < n.inputs.size(); ++i)
-    if (n.inputs[i] != kNoValue && i != ops::kRecSeqLens && !is_f32_known(g, n.inputs[i]))
-      return false;
-  for (ValueId v : n.outputs)
-    if (v != kNoValue && !is_f32_known(g, v)) return false;
   // One sequence (recurrent_kernel.h: with more, the products would pack R every step).
   const Shape& x = g.value(n.input(ops::kRecX)).shape;
-  return x.size() == 3 && shape_numel(x) > 0 && ops::recurrent_dims(s, x).batch == 1;
+  return shape_numel(x) > 0 && ops::recurrent_dims(*s, x).batch == 1;
 }
 
 std::unique_ptr<Kernel> compile_recurrent(const Graph& subgraph, int threads) {

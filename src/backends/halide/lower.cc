@@ -354,6 +354,16 @@ class Lowerer {
     return v;
   }
 
+  // The Val of a Func computed in a buffer of its own after a reduction, scan or scatter
+  // (which the schedule reads to keep row-wise reductions where they are valid).
+  static Val computed(Func f, const Shape& shape) {
+    Val v;
+    v.f = std::move(f);
+    v.shape = shape;
+    v.after_reduction = true;
+    return v;
+  }
+
   // Reduces term(input index) over the dims in `mask` of `in_shape`.
   Val reduce(const std::string& name, const Shape& in_shape, const std::vector<bool>& mask,
              bool keepdims, Expr init, const std::function<Expr(Expr, Expr)>& combine,
@@ -401,11 +411,7 @@ class Lowerer {
       red.f(hv) = combine(red.f(hv), term(input_index([&](size_t i) { return r[rpos[i]]; })));
     }
     reductions_.push_back(red);
-    Val v;
-    v.f = red.f;
-    v.shape = out_shape;
-    v.after_reduction = true;
-    return v;
+    return computed(red.f, out_shape);
   }
 
   void lower_node(const Node& n, Lowered& out) {
@@ -795,11 +801,7 @@ class Lowerer {
       scan.f(halide_args(pos)) = scan.f(halide_args(prev)) + at(x, exclusive ? prev : pos);
     }
     scans_.push_back(scan);
-    Val v;
-    v.f = scan.f;
-    v.shape = x.shape;
-    v.after_reduction = true;
-    return v;
+    return computed(scan.f, x.shape);
   }
 
   // out[o.., j.., i..] = data[o.., indices[j..], i..]. Negative indices count from the end;
@@ -1064,22 +1066,22 @@ class Lowerer {
     }
     const std::string reduction = n.attr_string("reduction", "none");
     Expr cur = sc.f(halide_args(dst)), v = at(updates, u);
-    if (reduction == "add")
-      v = cur + v;
-    else if (reduction == "mul")
-      v = cur * v;
-    else if (reduction == "max")
-      v = Halide::select(cur < v, v, cur);  // std::max's choice, NaNs included
+    if (reduction == "add") v = cur + v;
+    if (reduction == "mul") v = cur * v;
+    // std::max's and std::min's choices, NaNs included (they keep the element unless the
+    // update compares greater or less; Halide's float compares have no NaN semantics).
+    auto compares = [](Expr a, Expr b) {
+      return a.type().is_float() ? !Halide::is_nan(a) && !Halide::is_nan(b)
+                                 : Halide::cast<bool>(true);
+    };
+    if (reduction == "max")
+      v = Halide::select(compares(cur, v) && cur < v, v, cur);
     else if (reduction == "min")
-      v = Halide::select(v < cur, v, cur);
+      v = Halide::select(compares(cur, v) && v < cur, v, cur);
     sc.f(halide_args(dst)) =
         Halide::require(ok, v, "Scatter: an index is out of range in", n.op_type);
     scatters_.push_back(sc);
-    Val out;
-    out.f = sc.f;
-    out.shape = ds;
-    out.after_reduction = true;
-    return out;
+    return computed(sc.f, ds);
   }
 
   // Resize/Upsample in any mode, by the reference's taps (ops::resize_taps: the same

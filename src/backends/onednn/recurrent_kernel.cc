@@ -191,25 +191,9 @@ bool faster_on_one_thread(const RecurrentPrimitive& wide, const RecurrentPrimiti
 }  // namespace
 
 bool recurrent_takes(const Graph& g, const Node& n) {
-  if (!n.domain.empty() || (n.op_type != "RNN" && n.op_type != "GRU" && n.op_type != "LSTM"))
-    return false;
-  RecurrentSpec s;
-  try {
-    s = ops::recurrent_spec(g, n);
-  } catch (const Error&) {
-    return false;
-  }
-  if (s.batch_major || !ops::every_sequence_full(g, n)) return false;
-  if (s.cell == RecurrentCell::kRnn ? (s.clip || !rnn_function(s)) : !s.default_functions())
-    return false;
-  for (size_t i = 0; i < n.inputs.size(); ++i) {
-    const ValueId v = n.inputs[i];
-    if (v == kNoValue || i == ops::kRecSeqLens) continue;
-    if (!is_f32(g, v) || !g.value(v).shape_known) return false;
-  }
-  for (ValueId v : n.outputs)
-    if (v != kNoValue && (!is_f32(g, v) || !g.value(v).shape_known)) return false;
-  return g.value(n.input(ops::kRecX)).shape.size() == 3;
+  const std::optional<RecurrentSpec> s = ops::float32_recurrent_spec(g, n);
+  if (!s || s->batch_major || !ops::every_sequence_full(g, n)) return false;
+  return s->cell == RecurrentCell::kRnn ? !s->clip && rnn_function(*s) : s->default_functions();
 }
 
 void emit_recurrent(const Graph& sub, ValueMemories& values) {
