@@ -128,7 +128,7 @@ class BlasBackend : public Backend {
         {"Recurrent",
          op_in({"RNN", "GRU", "LSTM"})
              .where(recurrent_takes,
-                    "float32, default functions, no clip, full-length sequences, layout 0"),
+                    "float32, one sequence, default functions, no clip, full length, layout 0"),
          {}},
     };
   }
