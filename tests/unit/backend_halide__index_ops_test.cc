@@ -398,6 +398,17 @@ TEST(HalideIndexOps, FloatModAndCastsLikeReference) {
     EXPECT_TRUE(testing::outputs_match(got, want, Tolerance{0, 0})) << what;
   }
   const float inf = std::numeric_limits<float>::infinity();
+  {
+    // ThresholdedRelu and Shrink on NaNs and infinities: a NaN compares false (0 out).
+    GraphBuilder b(13);
+    ValueId x = b.input("x", DType::kFloat32, {8});
+    b.output(b.add1("ThresholdedRelu", {x}, {{"alpha", testing::attr_f(0.5f)}}));
+    b.output(b.add1("Shrink", {x},
+                    {{"lambd", testing::attr_f(0.5f)}, {"bias", testing::attr_f(0.25f)}}));
+    Tensor xs = Tensor::from_vector<float>({8}, {NAN, -NAN, inf, -inf, 0.5f, -0.5f, 0.75f, -2.0f});
+    auto [got, want] = testing::run_backend_and_reference(halide(), b.graph(), {xs});
+    EXPECT_TRUE(testing::outputs_match(got, want, Tolerance{0, 0})) << "ThresholdedRelu, Shrink";
+  }
   for (const DType to : {DType::kInt32, DType::kInt64, DType::kBool}) {
     GraphBuilder b(13);
     ValueId x = b.input("x", DType::kFloat32, {20});

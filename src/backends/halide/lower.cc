@@ -539,12 +539,15 @@ class Lowerer {
       return f([](Expr x) { return x * Halide::clamp(x / 6.0f + 0.5f, 0.0f, 1.0f); });
     if (op == "ThresholdedRelu") {
       float a = n.attr_float("alpha", 1.0f);
-      return f([a](Expr x) { return Halide::select(x > a, x, 0.0f); });
+      // NaN compares false in the reference (0 out); Halide's compares have no NaN rule.
+      return f([a](Expr x) { return Halide::select(!Halide::is_nan(x) && x > a, x, 0.0f); });
     }
     if (op == "Shrink") {
       float bias = n.attr_float("bias", 0.0f), lambd = n.attr_float("lambd", 0.5f);
       return f([bias, lambd](Expr x) {
-        return Halide::select(x<-lambd, x + bias, x> lambd, x - bias, 0.0f);
+        Expr below = x < -lambd;
+        Expr above = x > lambd;
+        return Halide::select(Halide::is_nan(x), 0.0f, below, x + bias, above, x - bias, 0.0f);
       });
     }
     if (op == "Softplus")
@@ -843,7 +846,11 @@ class Lowerer {
   // integer truncated toward zero, saturated at the type's range, NaN to 0; the rest as C.
   static Expr convert(Expr v, DType to) {
     const Halide::Type t = halide_type(to);
-    if (to == DType::kBool) return Halide::cast<uint8_t>(v != Halide::cast(v.type(), 0));
+    if (to == DType::kBool) {
+      Expr nonzero = v != Halide::cast(v.type(), 0);
+      if (v.type().is_float()) nonzero = Halide::is_nan(v) || nonzero;  // NaN is true
+      return Halide::cast<uint8_t>(nonzero);
+    }
     if (!v.type().is_float() || !t.is_int()) return Halide::cast(t, v);
     const float hi = std::ldexp(1.0f, t.bits() - 1);  // 2^31 or 2^63, exact as a float
     Expr inside = Halide::cast(t, Halide::clamp(v, -hi, std::nextafter(hi, 0.0f)));
