@@ -129,6 +129,16 @@ struct RecurrentPrimitive {
   std::shared_ptr<dnnl::rnn_primitive_desc_base> pd;
 };
 
+// One cell primitive of kind `Cell` (lstm_forward, gru_forward...) from its descriptor's
+// arguments, with the Program's scratchpad attribute; kUnsupported where oneDNN refuses it.
+template <typename Cell, typename... DescArgs>
+RecurrentPrimitive make_cell(const std::string& what, const DescArgs&... args) {
+  auto pd = create_pd(what, [&] {
+    return typename Cell::primitive_desc(typename Cell::desc(args...), base_attr(), cpu_engine());
+  });
+  return {Cell(pd), std::make_shared<typename Cell::primitive_desc>(pd)};
+}
+
 // Milliseconds of one execution of `p` on scratch memories of its arguments' layouts (zeros),
 // fastest of `runs` after a warm-up; on the calling thread alone or on its OpenMP team.
 double fastest_ms(const RecurrentPrimitive& p, bool one_thread, int runs) {
@@ -236,46 +246,19 @@ void emit_recurrent(const Graph& sub, ValueMemories& values) {
   const std::string what = fmt::format("{} '{}'", n.op_type, n.name);
   // Built for the calling thread's OpenMP count: oneDNN sizes its partition then.
   auto build = [&]() -> RecurrentPrimitive {
-    dnnl::primitive primitive;
-    std::shared_ptr<dnnl::rnn_primitive_desc_base> pd;
-    if (lstm) {
-      auto p = create_pd(what, [&] {
-        return dnnl::lstm_forward::primitive_desc(
-            dnnl::lstm_forward::desc(inference, direction, src_layer, src_iter, src_iter_c, w_layer,
-                                     w_iter, peephole, bias, dst_layer, dst_iter, dst_iter_c),
-            base_attr(), cpu_engine());
-      });
-      primitive = dnnl::lstm_forward(p);
-      pd = std::make_shared<dnnl::lstm_forward::primitive_desc>(p);
-    } else if (lbr) {
-      auto p = create_pd(what, [&] {
-        return dnnl::lbr_gru_forward::primitive_desc(
-            dnnl::lbr_gru_forward::desc(inference, direction, src_layer, src_iter, w_layer, w_iter,
-                                        bias, dst_layer, dst_iter),
-            base_attr(), cpu_engine());
-      });
-      primitive = dnnl::lbr_gru_forward(p);
-      pd = std::make_shared<dnnl::lbr_gru_forward::primitive_desc>(p);
-    } else if (s.cell == RecurrentCell::kGru) {
-      auto p = create_pd(what, [&] {
-        return dnnl::gru_forward::primitive_desc(
-            dnnl::gru_forward::desc(inference, direction, src_layer, src_iter, w_layer, w_iter,
-                                    bias, dst_layer, dst_iter),
-            base_attr(), cpu_engine());
-      });
-      primitive = dnnl::gru_forward(p);
-      pd = std::make_shared<dnnl::gru_forward::primitive_desc>(p);
-    } else {
-      auto p = create_pd(what, [&] {
-        return dnnl::vanilla_rnn_forward::primitive_desc(
-            dnnl::vanilla_rnn_forward::desc(inference, *rnn_function(s), direction, src_layer,
-                                            src_iter, w_layer, w_iter, bias, dst_layer, dst_iter),
-            base_attr(), cpu_engine());
-      });
-      primitive = dnnl::vanilla_rnn_forward(p);
-      pd = std::make_shared<dnnl::vanilla_rnn_forward::primitive_desc>(p);
-    }
-    return {primitive, pd};
+    if (lstm)
+      return make_cell<dnnl::lstm_forward>(what, inference, direction, src_layer, src_iter,
+                                           src_iter_c, w_layer, w_iter, peephole, bias, dst_layer,
+                                           dst_iter, dst_iter_c);
+    if (lbr)
+      return make_cell<dnnl::lbr_gru_forward>(what, inference, direction, src_layer, src_iter,
+                                              w_layer, w_iter, bias, dst_layer, dst_iter);
+    if (s.cell == RecurrentCell::kGru)
+      return make_cell<dnnl::gru_forward>(what, inference, direction, src_layer, src_iter, w_layer,
+                                          w_iter, bias, dst_layer, dst_iter);
+    return make_cell<dnnl::vanilla_rnn_forward>(what, inference, *rnn_function(s), direction,
+                                                src_layer, src_iter, w_layer, w_iter, bias,
+                                                dst_layer, dst_iter);
   };
   // The faster of the primitive built for the kernel's threads and one built for a thread
   // alone, measured now (faster_on_one_thread).
