@@ -842,6 +842,35 @@ class Lowerer {
             Halide::cast<int>(Halide::clamp(k, Expr(int64_t{0}), Expr(dim - 1)))};
   }
 
+  // Where element `i` of ScatterElements' updates (GatherElements' output) goes in (comes
+  // from) the data: `i` with its `axis` coordinate read from the indices, resolved.
+  static std::pair<Index, Expr> elements_position(const Val& indices, const Shape& data,
+                                                  int64_t axis, const Index& i) {
+    const Resolved k = resolve_index(at(indices, i), data[axis]);
+    Index pos = i;
+    pos[axis] = k.at;
+    return {pos, k.in_range};
+  }
+
+  // The same for ScatterND's updates and GatherND's output: the first `batch` dims of `i`
+  // (shared with the indices), the index tuple at i's leading q-1 dims resolved, then i's
+  // trailing dims (the slice); and whether the whole tuple is in range.
+  static std::pair<Index, Expr> nd_position(const Val& indices, const Shape& data, size_t batch,
+                                            const Index& i) {
+    const size_t q = indices.shape.size(), k = static_cast<size_t>(indices.shape.back());
+    Index pos(i.begin(), i.begin() + static_cast<long>(batch));
+    Expr ok = Halide::cast<bool>(true);
+    for (size_t m = 0; m < k; ++m) {
+      Index tuple(i.begin(), i.begin() + static_cast<long>(q - 1));
+      tuple.push_back(static_cast<int>(m));
+      const Resolved r = resolve_index(at(indices, tuple), data[batch + m]);
+      ok = ok && r.in_range;
+      pos.push_back(r.at);
+    }
+    for (size_t d = batch + k; d < data.size(); ++d) pos.push_back(i[q - 1 + (d - batch - k)]);
+    return {pos, ok};
+  }
+
   // Cast as the reference converts (ops' convert_value): to bool, nonzero; a float to an
   // integer truncated toward zero, saturated at the type's range, NaN to 0; the rest as C.
   static Expr convert(Expr v, DType to) {
@@ -1004,10 +1033,8 @@ class Lowerer {
     if (axis < 0) axis += static_cast<int64_t>(data.shape.size());
     const int64_t dim = data.shape[axis];
     return define(name, indices.shape, [&](const Index& i) {
-      const Resolved k = resolve_index(at(indices, i), dim);
-      Index src = i;
-      src[axis] = k.at;
-      return Halide::require(k.in_range, at(data, src),
+      const auto [src, ok] = elements_position(indices, data.shape, axis, i);
+      return Halide::require(ok, at(data, src),
                              "GatherElements: an index is out of range for an axis of",
                              static_cast<int>(dim));
     });
@@ -1017,20 +1044,9 @@ class Lowerer {
   // batch (the first batch_dims dims, shared by data and indices).
   Val lower_gather_nd(const Node& n, const Val& data, const Val& indices, const Shape& out,
                       const std::string& name) {
-    const Shape &ds = data.shape, &is = indices.shape;
-    const size_t q = is.size(), b = static_cast<size_t>(n.attr_int("batch_dims", 0));
-    const size_t k = static_cast<size_t>(is.back());
+    const size_t batch = static_cast<size_t>(n.attr_int("batch_dims", 0));
     return define(name, out, [&](const Index& i) {
-      Index src(i.begin(), i.begin() + static_cast<long>(b));
-      Expr ok = Halide::cast<bool>(true);
-      for (size_t m = 0; m < k; ++m) {
-        Index tuple(i.begin(), i.begin() + static_cast<long>(q - 1));
-        tuple.push_back(static_cast<int>(m));
-        const Resolved r = resolve_index(at(indices, tuple), ds[b + m]);
-        ok = ok && r.in_range;
-        src.push_back(r.at);
-      }
-      for (size_t d = b + k; d < ds.size(); ++d) src.push_back(i[q - 1 + (d - b - k)]);
+      const auto [src, ok] = nd_position(indices, data.shape, batch, i);
       return Halide::require(ok, at(data, src), "GatherND: an index is out of range");
     });
   }
@@ -1041,7 +1057,7 @@ class Lowerer {
   // stay serial; an index out of range fails the kernel.
   Val lower_scatter(const Node& n, const Val& data, const Val& indices, const Val& updates,
                     const std::string& name) {
-    const Shape &ds = data.shape, &is = indices.shape;
+    const Shape& ds = data.shape;
     const Shape& us = g_.value(n.inputs[2]).shape;
     Scatter sc{Func(name), ds};
     std::vector<Var> hv = dim_vars(ds.size());
@@ -1051,26 +1067,10 @@ class Lowerer {
     Halide::RDom r(ranges);
     Index u(us.size());
     for (size_t d = 0; d < us.size(); ++d) u[d] = r[static_cast<int>(us.size() - 1 - d)];
-    Index dst;
-    Expr ok = Halide::cast<bool>(true);
-    if (n.op_type == "ScatterND") {
-      const size_t q = is.size(), k = static_cast<size_t>(is.back());
-      for (size_t m = 0; m < k; ++m) {
-        Index tuple(u.begin(), u.begin() + static_cast<long>(q - 1));
-        tuple.push_back(static_cast<int>(m));
-        const Resolved res = resolve_index(at(indices, tuple), ds[m]);
-        ok = ok && res.in_range;
-        dst.push_back(res.at);
-      }
-      for (size_t d = k; d < ds.size(); ++d) dst.push_back(u[q - 1 + (d - k)]);
-    } else {
-      int64_t axis = n.attr_int("axis", 0);
-      if (axis < 0) axis += static_cast<int64_t>(ds.size());
-      const Resolved res = resolve_index(at(indices, u), ds[axis]);
-      dst = u;
-      dst[axis] = res.at;
-      ok = res.in_range;
-    }
+    int64_t axis = n.attr_int("axis", 0);
+    if (axis < 0) axis += static_cast<int64_t>(ds.size());
+    const auto [dst, ok] = n.op_type == "ScatterND" ? nd_position(indices, ds, 0, u)
+                                                    : elements_position(indices, ds, axis, u);
     const std::string reduction = n.attr_string("reduction", "none");
     Expr cur = sc.f(halide_args(dst)), v = at(updates, u);
     if (reduction == "add") v = cur + v;
