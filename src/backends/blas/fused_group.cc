@@ -35,6 +35,13 @@ int input_index(const Graph& subgraph, ValueId value) {
   return it == subgraph.inputs.end() ? -1 : static_cast<int>(it - subgraph.inputs.begin());
 }
 
+int output_index(const Graph& subgraph, ValueId value) {
+  auto it = std::find(subgraph.outputs.begin(), subgraph.outputs.end(), value);
+  return value == kNoValue || it == subgraph.outputs.end()
+             ? -1
+             : static_cast<int>(it - subgraph.outputs.begin());
+}
+
 Operand Operand::of(const Graph& subgraph, ValueId value, const char* what) {
   if (value == kNoValue) fail(ErrorKind::kUnsupported, "blas: {} is missing", what);
   const Value& v = subgraph.value(value);

@@ -18,6 +18,8 @@ NodeId find_head(const Graph& subgraph);
 
 // Position of `value` in subgraph.inputs, or -1.
 int input_index(const Graph& subgraph, ValueId value);
+// Position of `value` in subgraph.outputs, or -1 (an output nobody reads, or kNoValue).
+int output_index(const Graph& subgraph, ValueId value);
 
 // A float32 matrix operand: a constant the kernel keeps (shared storage) or one of the
 // kernel's inputs, resolved per run without allocating.

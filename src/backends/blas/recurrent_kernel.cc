@@ -19,14 +19,6 @@ namespace {
 using ops::RecurrentCell;
 using ops::RecurrentSpec;
 
-// Position of `value` in the subgraph's outputs, or -1 (an output nobody reads).
-int output_index(const Graph& g, ValueId value) {
-  if (value == kNoValue) return -1;
-  for (size_t i = 0; i < g.outputs.size(); ++i)
-    if (g.outputs[i] == value) return static_cast<int>(i);
-  return -1;
-}
-
 // y[rows] = beta * y + M[rows, k] . v[k], M row-major: an sgemv streams M once.
 void add_product(int64_t rows, int64_t k, const float* m, const float* v, float* y,
                  float beta = 1.0f) {
@@ -57,12 +49,12 @@ class RecurrentKernel : public Kernel {
       p_ = operand(ops::kRecPeephole, "P");
     }
     for (size_t k = 0; k < 3; ++k)
-      out_[k] = output_index(g, k < n.outputs.size() ? n.outputs[k] : kNoValue);
-    // Scratch, touched once here: the input projections of every step and direction, and per
-    // direction its states and the cell's temporaries.
-    projections_.assign(seq_ * dirs_ * gates_ * hidden_, 0.0f);
+      out_[k] = k < n.outputs.size() ? output_index(g, n.outputs[k]) : -1;
+    // Scratch per direction, touched once here: the input projections of every step, the
+    // states and the cell's temporaries.
     for (int d = 0; d < dirs_; ++d) {
       Direction& dir = directions_.emplace_back();
+      dir.projections.assign(seq_ * gates_ * hidden_, 0.0f);
       dir.h.assign(hidden_, 0.0f);
       dir.c.assign(hidden_, 0.0f);
       dir.temp.assign(hidden_, 0.0f);
@@ -104,6 +96,7 @@ class RecurrentKernel : public Kernel {
 
  private:
   struct Direction {
+    std::vector<float> projections;  // [seq, gates * hidden]
     std::vector<float> h, c, temp;
     std::vector<float> input_bias;      // added to every step's projection
     std::vector<float> recurrent_bias;  // GRU with linear_before_reset: Rbh, inside r * (...)
@@ -133,13 +126,12 @@ class RecurrentKernel : public Kernel {
     if (lbr) std::copy_n(rb + 2 * h, h, dir.recurrent_bias.data());
   }
 
-  // Every step's input projection for direction `d` (W is [D, G*H, I]), into its columns of
-  // the [seq, D * G*H] projections.
+  // Every step's input projection for direction `d` (W is [D, G*H, I]).
   void project(int d, std::span<const Tensor> inputs) {
     const int64_t gh = gates_ * hidden_;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq_, gh, input_, 1.0f, x_.data(inputs),
                 input_, w_.data(inputs) + d * gh * input_, input_, 0.0f,
-                projections_.data() + d * gh, dirs_ * gh);
+                directions_[d].projections.data(), gh);
   }
 
   // Runs direction `d` through every step, writing its hidden states into `y`.
@@ -150,7 +142,7 @@ class RecurrentKernel : public Kernel {
     const bool reverse = spec_.reverse || d == 1;
     for (int64_t s = 0; s < seq_; ++s) {
       const int64_t t = reverse ? seq_ - 1 - s : s;
-      float* g = projections_.data() + (t * dirs_ + d) * gh;
+      float* g = dir.projections.data() + t * gh;
       const float* bias = dir.input_bias.data();
       for (int64_t j = 0; j < gh; ++j) g[j] += bias[j];
       if (spec_.cell == RecurrentCell::kGru)
@@ -211,8 +203,7 @@ class RecurrentKernel : public Kernel {
   int dirs_ = 1, gates_ = 1;
   Operand x_, w_, r_;
   std::optional<Operand> b_, h0_, c0_, p_;
-  int out_[3] = {-1, -1, -1};       // kernel outputs of Y, Y_h, Y_c
-  std::vector<float> projections_;  // [seq, directions, gates * hidden]
+  int out_[3] = {-1, -1, -1};  // kernel outputs of Y, Y_h, Y_c
   std::vector<Direction> directions_;
 };
 
