@@ -31,44 +31,14 @@ constexpr int64_t kParallelMin = 32 * 1024;
 // Elements per parallel task: big enough to amortise the handoff, small enough to balance.
 constexpr int64_t kTaskElems = 16 * 1024;
 
-const std::set<std::string> kUnary = {"Relu",
-                                      "LeakyRelu",
-                                      "Elu",
-                                      "Selu",
-                                      "Celu",
-                                      "Sigmoid",
-                                      "HardSigmoid",
-                                      "HardSwish",
-                                      "Softplus",
-                                      "Softsign",
-                                      "Tanh",
-                                      "Erf",
-                                      "Exp",
-                                      "Log",
-                                      "Sqrt",
-                                      "Reciprocal",
-                                      "Floor",
-                                      "Ceil",
-                                      "Round",
-                                      "Sin",
-                                      "Cos",
-                                      "Tan",
-                                      "Asin",
-                                      "Acos",
-                                      "Atan",
-                                      "Sinh",
-                                      "Cosh",
-                                      "Asinh",
-                                      "Acosh",
-                                      "Atanh",
-                                      "Neg",
-                                      "Abs",
-                                      "Sign",
-                                      "Identity",
-                                      "Cast",
-                                      "Clip",
-                                      "ThresholdedRelu",
-                                      "Shrink"};
+// clang-format off
+const std::set<std::string> kUnary = {
+    "Relu",     "LeakyRelu", "Elu",   "Selu",  "Celu",  "Sigmoid", "HardSigmoid", "HardSwish",
+    "Softplus", "Softsign",  "Tanh",  "Erf",   "Exp",   "Log",     "Sqrt",        "Reciprocal",
+    "Floor",    "Ceil",      "Round", "Sin",   "Cos",   "Tan",     "Asin",        "Acos",
+    "Atan",     "Sinh",      "Cosh",  "Asinh", "Acosh", "Atanh",   "Neg",         "Abs",
+    "Sign",     "Identity",  "Cast",  "Clip",  "ThresholdedRelu",  "Shrink"};
+// clang-format on
 const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div",  "Pow", "PRelu",
                                        "Max", "Min", "Sum", "Mean", "Mod"};
 const std::set<std::string> kReduce = {
