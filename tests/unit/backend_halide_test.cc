@@ -118,34 +118,23 @@ TEST(HalideBackend, ExpTanhSigmoidAreAccurate) {
 }
 
 TEST(HalideBackend, UnaryOpsRandomized) {
+  // clang-format off
   const std::vector<std::pair<std::string, std::map<std::string, Attribute>>> ops = {
-      {"Relu", {}},
-      {"LeakyRelu", {{"alpha", attr_f(0.2f)}}},
-      {"Elu", {}},
-      {"Selu", {}},
-      {"Celu", {}},
-      {"Sigmoid", {}},
-      {"HardSigmoid", {}},
-      {"HardSwish", {}},
-      {"Softplus", {}},
-      {"Softsign", {}},
-      {"Tanh", {}},
-      {"Erf", {}},
-      {"Exp", {}},
-      {"Neg", {}},
-      {"Abs", {}},
-      {"Floor", {}},
-      {"Ceil", {}},
-      {"Round", {}},
-      {"Sin", {}},
-      {"Cos", {}},
-      {"Atan", {}},
-      {"Sign", {}},
-      {"Identity", {}},
-      {"Sinh", {}},
-      {"Shrink", {}},
-      {"ThresholdedRelu", {{"alpha", attr_f(0.3f)}}},
+      {"Relu", {}},        {"LeakyRelu", {{"alpha", attr_f(0.2f)}}},
+      {"Elu", {}},         {"Selu", {}},
+      {"Celu", {}},        {"Sigmoid", {}},
+      {"HardSigmoid", {}}, {"HardSwish", {}},
+      {"Softplus", {}},    {"Softsign", {}},
+      {"Tanh", {}},        {"Erf", {}},
+      {"Exp", {}},         {"Neg", {}},
+      {"Abs", {}},         {"Floor", {}},
+      {"Ceil", {}},        {"Round", {}},
+      {"Sin", {}},         {"Cos", {}},
+      {"Atan", {}},        {"Sign", {}},
+      {"Identity", {}},    {"Sinh", {}},
+      {"Shrink", {}},      {"ThresholdedRelu", {{"alpha", attr_f(0.3f)}}},
       {"Shrink", {{"lambd", attr_f(0.4f)}, {"bias", attr_f(0.1f)}}}};
+  // clang-format on
   std::mt19937 rng(11);
   for (const auto& [op, attrs] : ops) {
     GraphBuilder b;
