@@ -327,6 +327,67 @@ TEST(HalideBackend, LayoutGlue) {
   }
 }
 
+// `total` elements as a random shape of 1-4 dims (size-1 dims included).
+Shape random_factoring(std::mt19937& rng, int64_t total) {
+  Shape s;
+  const int rank = pick(rng, 1, 4);
+  for (int d = 0; d + 1 < rank; ++d) {
+    std::vector<int64_t> divisors;
+    for (int64_t k = 1; k <= total; ++k)
+      if (total % k == 0) divisors.push_back(k);
+    const int64_t k = divisors[pick(rng, 0, static_cast<int>(divisors.size()) - 1)];
+    s.push_back(k);
+    total /= k;
+  }
+  s.push_back(total);
+  return s;
+}
+
+// Reshapes that split and merge dims in runs of every kind ([4, 6] <-> [3, 8] is one run of
+// two dims each side), each between two ops so the reshape is inside the kernel; and the
+// rotary embedding of a LLaMA layer (heads split, Slice, Neg, Concat on the last axis, Mul,
+// Add) over rows of 4 to 128 floats, the lengths the schedule unrolls vector by vector and
+// the ones it does not. Fails if a run were indexed with the wrong stride or without its
+// modulo, or if an unrolled row's selects took the wrong piece.
+TEST(HalideBackend, ReshapeRunsAndLastAxisConcatsLikeReference) {
+  std::mt19937 rng(41);
+  for (int c = 0; c < 12; ++c) {
+    const Shape in = random_shape(rng, pick(rng, 1, 4));
+    int64_t total = 1;
+    for (int64_t d : in) total *= d;
+    const Shape out = random_factoring(rng, total);
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, in);
+    ValueId y = b.add1("Relu", {x});
+    y = b.add1("Reshape", {y, b.constant("shape", Tensor::from_vector<int64_t>(
+                                                      {static_cast<int64_t>(out.size())}, out))});
+    b.output(b.add1("Sigmoid", {y}));
+    expect_like_reference(b.graph(),
+                          "reshape " + shape_to_string(in) + " -> " + shape_to_string(out));
+  }
+  const int64_t rows[] = {4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256};
+  for (int64_t row : rows) {
+    const int64_t heads = pick(rng, 1, 4), seq = pick(rng, 1, 9), half = row / 2;
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, seq, heads * row});
+    ValueId q =
+        b.add1("Reshape",
+               {x, b.constant("heads", Tensor::from_vector<int64_t>({4}, {1, seq, heads, row}))});
+    q = b.add1("Transpose", {q}, {{"perm", attr_ints({0, 2, 1, 3})}});
+    auto slice = [&](int64_t begin, int64_t end) {
+      return b.add1("Slice", {q, b.constant("b", Tensor::from_vector<int64_t>({1}, {begin})),
+                              b.constant("e", Tensor::from_vector<int64_t>({1}, {end})),
+                              b.constant("a", Tensor::from_vector<int64_t>({1}, {-1}))});
+    };
+    ValueId rotated = b.add1("Concat", {b.add1("Neg", {slice(half, row)}), slice(0, half)},
+                             {{"axis", attr_i(-1)}});
+    ValueId y = b.add1("Add", {b.add1("Mul", {q, b.random_constant("cos", {1, 1, seq, row})}),
+                               b.add1("Mul", {rotated, b.random_constant("sin", {seq, row})})});
+    b.output(y);
+    expect_like_reference(b.graph(), "rotary embedding, rows of " + std::to_string(row));
+  }
+}
+
 // Resize in every sampling mode the reference computes (but tf_crop_and_resize), by the
 // reference's own taps: nearest in each rounding and coordinate mode, linear and cubic
 // (aligned corners, exclude_outside, another cubic coefficient), up and down, by scales or

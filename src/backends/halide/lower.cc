@@ -30,6 +30,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kParallelMin = 32 * 1024;
 // Elements per parallel task: big enough to amortise the handoff, small enough to balance.
 constexpr int64_t kTaskElems = 16 * 1024;
+// Rows of up to this many vectors are unrolled vector by vector (schedule_pointwise).
+constexpr int64_t kUnrolledVectors = 8;
 
 // clang-format off
 const std::set<std::string> kUnary = {
@@ -1317,29 +1319,49 @@ class Lowerer {
     }
   }
 
-  // Same elements, another shape: the row-major flat index is preserved. Trailing dims
-  // the two shapes share map straight through; only the rest needs division.
+  // Same elements, another shape: the row-major flat index is preserved. Both shapes split
+  // into runs of dims of equal products (the coarsest common refinement: [128, 768] and
+  // [128, 12, 64] into (128 | 128) and (768 | 12, 64)); within a run the output's index is
+  // the input's, so a dim that splits or merges costs arithmetic only in its own run, and a
+  // run of one input dim is affine in the output's coordinates (a dense vector load, not a
+  // gather). The 9-node rotary-embedding group of a LLaMA layer (Reshape 128 x 768 to heads,
+  // Transpose, Slice, Neg, Concat, Mul, Add), 1 thread: 0.081 ms with one flat index divided
+  // through every dim, 0.066 with the runs, 0.012 once short rows are also unrolled.
   static Expr reshape_index(const Val& x, const Shape& out, const Index& i) {
     const Shape& in = x.shape;
-    size_t common = 0;
-    while (common < in.size() && common < out.size() &&
-           in[in.size() - 1 - common] == out[out.size() - 1 - common])
-      ++common;
-    const size_t in_lead = in.size() - common, out_lead = out.size() - common;
-    Index src(in.size());
-    for (size_t c = 0; c < common; ++c) src[in_lead + c] = i[out_lead + c];
-    Expr flat = 0;
-    int64_t stride = 1;
-    for (size_t d = out_lead; d-- > 0;) {
-      if (out[d] != 1) flat = flat + i[d] * static_cast<int>(stride);
-      stride *= out[d];
+    Index src(in.size(), Expr(0));
+    const bool empty = std::find(in.begin(), in.end(), 0) != in.end();
+    size_t a = 0, c = 0;
+    while (!empty && (a < in.size() || c < out.size())) {
+      const size_t a0 = a, c0 = c;
+      int64_t in_elems = 1, out_elems = 1;
+      if (a < in.size()) in_elems *= in[a++];
+      if (c < out.size()) out_elems *= out[c++];
+      while (in_elems != out_elems) {
+        if (in_elems < out_elems && a < in.size())
+          in_elems *= in[a++];
+        else if (out_elems < in_elems && c < out.size())
+          out_elems *= out[c++];
+        else
+          fail(ErrorKind::kInternal, "halide: reshape of {} to {} changes the element count",
+               shape_to_string(in), shape_to_string(out));
+      }
+      Expr flat = 0;
+      int64_t stride = 1;
+      for (size_t d = c; d-- > c0;) {
+        if (out[d] != 1) flat = flat + i[d] * static_cast<int>(stride);
+        stride *= out[d];
+      }
+      stride = 1;
+      for (size_t d = a; d-- > a0;) {
+        if (in[d] != 1) {
+          Expr q = stride == 1 ? flat : flat / static_cast<int>(stride);
+          src[d] = d == a0 ? q : q % static_cast<int>(in[d]);
+        }
+        stride *= in[d];
+      }
     }
-    stride = 1;
-    for (size_t d = in_lead; d-- > 0;) {
-      src[d] = in[d] == 1 ? Expr(0) : (flat / static_cast<int>(stride)) % static_cast<int>(in[d]);
-      stride *= in[d];
-    }
-    return at(x, src);
+    return at(x, src);  // an empty tensor's is never read
   }
 
   // ------------------------------------------------------------------------ schedule
@@ -1374,7 +1396,15 @@ class Lowerer {
       f.fuse(rows, hv[k], fused);
       rows = fused;
     }
-    if (width > 1) f.vectorize(hv[0], width);
+    if (width > 1 && inner % width == 0 && inner / width > 1 && inner / width <= kUnrolledVectors) {
+      // A short row as a few vectors, unrolled: each copy knows its position along the row,
+      // so the simplifier settles a Concat's or Slice's clamps and selects there (dense loads
+      // instead of gathers).
+      Var vo("vo"), vi("vi");
+      f.split(hv[0], vo, vi, width).vectorize(vi).unroll(vo);
+    } else if (width > 1) {
+      f.vectorize(hv[0], width);
+    }
     const int64_t nrows = total / inner;
     loops.has_rows = true;
     loops.rows = rows;
@@ -1682,8 +1712,9 @@ std::string describe(const Graph& g) {
   // The lowering's revision: bumped whenever lowering or scheduling changes what a
   // description compiles to, so that kernels cached on disk before are not reused (the
   // cache key hashes this text). 2: typed buffers, Gather, Where, LayerNormalization. 3:
-  // indices resolved in 64 bits (a huge int64 index wrapped into range in 32).
-  std::string s = fmt::format("lowering 3\nopset {}\n", g.opset);
+  // indices resolved in 64 bits (a huge int64 index wrapped into range in 32). 4: reshapes
+  // indexed run by run, rows of up to 8 vectors unrolled.
+  std::string s = fmt::format("lowering 4\nopset {}\n", g.opset);
   for (ValueId v : g.inputs) s += "in " + ref(v) + "\n";
   for (const Node& n : g.nodes()) {
     s += n.op_type + "(";

@@ -631,7 +631,10 @@ void emit_conv_dw(const Graph& sub, ValueMemories& values, ConvAlgorithm algorit
   // channels-last), the reorders in and out cost more than the fusion saves: the region then
   // splits the group. Measured on MobileNetV2's 16 -> 96 at 112x112 stride 2 (EPYC Zen 5, 2
   // threads, whole model as one region, 5 alternating rounds of 60 runs): min 3.08-3.51 ms
-  // split against 3.31-3.63 fused with the two reorders.
+  // split against 3.31-3.63 fused with the two reorders. Asking for the pair in nhwc instead
+  // is no way out: oneDNN 2.6.3 builds its one-pass jit_1x1 form for nhwc too, but computes
+  // it wrong (16 -> 96 at 112x112 stride 2 against the two primitives: max |diff| 2.5e38;
+  // right in nChw16c), as OnednnConvDepthwise.RegionSplitsAPairThatWouldChangeLayouts saw.
   if (values.would_reorder(x, pd.query_md(dnnl::query::src_md)))
     fail(ErrorKind::kUnsupported,
          "onednn: the depthwise post-op reads another layout than its input's ({})", impl);
