@@ -76,8 +76,9 @@ class MeasuredCosts : public CostModel {
   // read those records), MobileNetV2's 7.3 and 5.8 against 4.8. The
   // newest sample, taken in the conditions the plan was just timed in, wins; where the plan's
   // time and its kernels' really differ (a cost the sum does not model), it agrees with the
-  // old ones and the prediction stays off, as it should.
-  double recheck_cost_ms(const Candidate& candidate);
+  // old ones and the prediction stays off, as it should. A sample over `plan_ms` (the whole
+  // plan's time side by side) is not taken: the kernel keeps its confirmed cost.
+  double recheck_cost_ms(const Candidate& candidate, double plan_ms);
   // Called right before a confirmation or recheck is sampled (not when the cost DB has it),
   // with "confirming" or "rechecking": the tuner waits out a slow window there
   // (search/calm_wait.h).

@@ -315,10 +315,10 @@ class Tuner {
            predict_copies_ms(graph_, placement, confirmed_);
   }
 
-  void recheck_costs(const Placement& placement) {
+  void recheck_costs(const Placement& placement, double plan_ms) {
     for (size_t i = 0; i < placement.size(); ++i) {
       report("rechecking", i, placement.size(), -1, placement[i].backend->name());
-      costs_.recheck_cost_ms(placement[i]);
+      costs_.recheck_cost_ms(placement[i], plan_ms);
     }
   }
 
@@ -529,7 +529,7 @@ class Tuner {
     if (std::isnan(best->predicted_ms) &&
         prediction_contradicted(best->timing.predicted_ms, best->timing.measured_ms)) {
       const double before = best->timing.predicted_ms;
-      recheck_costs(best->placement);
+      recheck_costs(best->placement, best->timing.measured_ms);
       best->timing.predicted_ms = confirmed_prediction_ms(best->placement);
       spdlog::info(
           "the written plan's prediction {:.3f} ms was {:+.0f} % off its time side by "

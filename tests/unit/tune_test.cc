@@ -263,6 +263,48 @@ TEST(Tune, APredictionItsPlansTimeContradictsIsSampledAgainOnce) {
   EXPECT_EQ(third.plan.predicted_ms, second.plan.predicted_ms);
 }
 
+// A recheck sample slower than the whole plan it belongs to (timed side by side) fell in a
+// slow window: the kernel keeps its confirmed cost, and the recheck record says so. Here the
+// kernels' records read 100x and the plans' side-by-side times ~0: every real recheck sample
+// is over its plan's time. Fails if such samples were taken (the costs would drop to the
+// real ones, as in the test above).
+TEST(Tune, ARecheckSlowerThanItsWholePlanKeepsTheConfirmedCost) {
+  TempCostDb db("tune_recheck_bound");
+  Graph g = small_cnn();
+  const TuneOptions options = quick_tune_options(db);
+  const TuneResult first = tune(g, options);
+  ASSERT_GT(first.plan.measured_ms, 0);
+  CostDbSql sql(db.path());
+  const std::string rechecks = "backend = 'confirmation' AND subgraph LIKE '%recheck%'";
+  sql.exec("DELETE FROM costs WHERE " + rechecks);
+  constexpr double kOff = 100;
+  sql.exec(
+      fmt::format("UPDATE costs SET cost_ms = cost_ms * {} WHERE backend NOT IN ('plan', "
+                  "'plan-side-by-side') AND ok = 1",
+                  kOff));
+  sql.exec("UPDATE costs SET cost_ms = 1e-6 WHERE backend = 'plan-side-by-side' AND ok = 1");
+
+  const TuneResult second = tune(g, options);
+  EXPECT_EQ(second.measured, 0u);
+  ASSERT_GT(second.plan.groups.size(), 0u);
+  // One recheck per kernel of the written plan, each holding its kernel's confirmed cost:
+  // no less than the least of its (100x) first sample and confirmations, where the real
+  // sample would be ~1/100 of them.
+  const int groups = static_cast<int>(second.plan.groups.size());
+  EXPECT_EQ(sql.count(rechecks + " AND ok = 1 AND reason LIKE '%over its whole plan%'"), groups);
+  const std::string base = "replace(costs.key, char(10) || 'recheck', '')";
+  EXPECT_EQ(sql.count(rechecks + fmt::format(" AND cost_ms >= (SELECT min(c.cost_ms) FROM costs c "
+                                             "WHERE c.key IN ({0}, {0} || char(10) || "
+                                             "'confirmation', {0} || char(10) || "
+                                             "'confirmation 2'))",
+                                             base)),
+            groups);
+  // A warm re-tune reads the same costs.
+  const TuneResult third = tune(g, options);
+  EXPECT_EQ(third.measured, 0u);
+  EXPECT_EQ(third.plan.predicted_ms, second.plan.predicted_ms);
+}
+
 TEST(Search, APredictionIsContradictedByATimeOffByATenthAndATenthOfAMillisecond) {
   EXPECT_FALSE(prediction_contradicted(10.0, 10.9));
   EXPECT_TRUE(prediction_contradicted(10.0, 8.9));
