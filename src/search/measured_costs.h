@@ -65,6 +65,8 @@ class MeasuredCosts : public CostModel {
   double confirmed_cost_ms(const Candidate& candidate);
   static constexpr double kConfirmationAgreement = 2.0;
   static constexpr double kConfirmationMinGapMs = 0.02;
+  // A recheck sample over this many times its whole plan's side-by-side time is not taken.
+  static constexpr double kRecheckPlanMargin = 1.25;
   // The candidate sampled once more, now, when the plan it is part of timed end to end far
   // from its prediction (prediction_contradicted): that sample becomes its confirmed cost,
   // here and in every later tune (kept in the cost DB beside the confirmation; taken once).
@@ -76,8 +78,9 @@ class MeasuredCosts : public CostModel {
   // read those records), MobileNetV2's 7.3 and 5.8 against 4.8. The
   // newest sample, taken in the conditions the plan was just timed in, wins; where the plan's
   // time and its kernels' really differ (a cost the sum does not model), it agrees with the
-  // old ones and the prediction stays off, as it should. A sample over `plan_ms` (the whole
-  // plan's time side by side) is not taken: the kernel keeps its confirmed cost.
+  // old ones and the prediction stays off, as it should. A sample over kRecheckPlanMargin x
+  // `plan_ms` (the whole plan's time side by side) is not taken: the kernel keeps the newest
+  // earlier sample under that bound.
   double recheck_cost_ms(const Candidate& candidate, double plan_ms);
   // Called right before a confirmation or recheck is sampled (not when the cost DB has it),
   // with "confirming" or "rechecking": the tuner waits out a slow window there
