@@ -334,15 +334,16 @@ double MeasuredCosts::recheck_cost_ms(const Candidate& candidate, double plan_ms
         CostRecord sample = measurer_.measure_now(job, candidate);
         // A kernel alone cannot take much longer than the whole plan it is part of, timed
         // side by side seconds before (the margin: a calm machine's spread between two
-        // timings, the calm wait's "slow" ratio): such a sample fell in a slow window the
-        // wait before it could not outlast. The kernel keeps the newest earlier sample that
-        // is not over that bound too (the confirmed cost, else the first sample), and the
-        // record says what was sampled. A cnn bench run of 2026-12-06: DCGAN's first region,
-        // confirmed at 0.278 ms, was rechecked at 3.976 while the machine ran the plan 7.6x
-        // slower than calm, and the plan (0.828 side by side, 0.750 alone) was written with a
-        // prediction of 4.501 ms; in the next run ResNeXt-50's region was confirmed at 41.6
+        // timings, the calm wait's "slow" ratio, and for microsecond plans the 0.1 ms their
+        // step overheads miss by, as prediction_contradicted allows): such a sample fell in
+        // a slow window the wait before it could not outlast. The kernel keeps the newest
+        // earlier sample that is not over that bound too (the confirmed cost, else the first
+        // sample), and the record says what was sampled. A cnn bench run of 2026-12-06: DCGAN's
+        // first region, confirmed at 0.278 ms, was rechecked at 3.976 while the machine ran the
+        // plan 7.6x slower than calm, and the plan (0.828 side by side, 0.750 alone) was written
+        // with a prediction of 4.501 ms; in the next run ResNeXt-50's region was confirmed at 41.6
         // and rechecked at 41.6 against 22.1 side by side (+93 %).
-        const double bound = plan_ms * kRecheckPlanMargin;
+        const double bound = std::max(plan_ms * kRecheckPlanMargin, plan_ms + kRecheckMinGapMs);
         if (sample.ok && std::isfinite(bound) && sample.milliseconds > bound) {
           const double first = cost_ms(candidate);
           const double kept = confirmed <= bound ? confirmed : first <= bound ? first : confirmed;

@@ -67,6 +67,7 @@ class MeasuredCosts : public CostModel {
   static constexpr double kConfirmationMinGapMs = 0.02;
   // A recheck sample over this many times its whole plan's side-by-side time is not taken.
   static constexpr double kRecheckPlanMargin = 1.25;
+  static constexpr double kRecheckMinGapMs = 0.1;  // and over it by this much
   // The candidate sampled once more, now, when the plan it is part of timed end to end far
   // from its prediction (prediction_contradicted): that sample becomes its confirmed cost,
   // here and in every later tune (kept in the cost DB beside the confirmation; taken once).
