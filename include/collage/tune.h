@@ -105,6 +105,10 @@ struct TuneResult {
   size_t plans_timed = 0;     // whole plans timed end to end (the rest came from the cost DB)
   int concurrent_stages = 0;  // in the tuned placement's chosen schedule
   std::vector<std::string> failures;  // one line per failed candidate
+  // Candidates whose outputs matched reference only within their own sensitivity (a model
+  // chaotic in float32, e.g. random weights; util/compare.h), and the first one.
+  size_t within_sensitivity = 0;
+  std::string sensitivity_example;
   // The phases that found the machine slow, and how long they waited (at most calm_wait_s in
   // all); empty on a calm machine.
   std::vector<SlowWindowWait> slow_windows;

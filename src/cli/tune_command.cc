@@ -145,6 +145,7 @@ nlohmann::json result_json(const TuneResult& r, const std::string& plan_path) {
           {"cache_hits", r.cache_hits},
           {"failed", r.failed},
           {"failures", r.failures},
+          {"within_sensitivity", r.within_sensitivity},
           {"step_overhead_ms", r.step_overhead_ms},
           {"generations", r.generations},
           {"genomes_evaluated", r.genomes_evaluated},
@@ -183,6 +184,11 @@ int run_tune(const TuneCommandOptions& o) {
     return 0;
   }
   print_result(result);
+  if (result.within_sensitivity)
+    fmt::print(
+        "{} candidates (the first: {}) matched reference only within their own sensitivity (a "
+        "model chaotic in float32: random weights?); the cost DB's reasons say by how much\n",
+        result.within_sensitivity, result.sensitivity_example);
   if (o.verbose)
     for (const auto& f : result.failures) fmt::print("failed: {}\n", f);
   else if (!result.failures.empty())

@@ -35,7 +35,9 @@ inline constexpr const char* kTimingConditionsMark =
 struct CostRecord {
   double milliseconds = 0;  // +inf when the candidate failed
   bool ok = true;
-  std::string reason;  // why it failed
+  // Why it failed; on a record that is ok, a note on how it was taken (a recheck kept under
+  // its plan's bound, a check passed within the subgraph's own sensitivity), else empty.
+  std::string reason;
   // Seconds the measurement took (for whole-plan records: what the evolutionary search is
   // charged when it finds the record again, see Tuner::search_graph_level). 0 = unknown.
   double spent_s = 0;

@@ -50,7 +50,8 @@ bool write_all(int fd, const char* data, size_t n) {
 // Protocol: a request is header lines then the model bytes:
 //   backend NAME \n variant NAME \n threads N \n verify 0|1 \n budget_ms X \n
 //   evict_bytes N \n [other_kernels 1 \n] [abandon_above_ms X \n] model NBYTES \n <bytes>
-// and the answer one line: "ok MS" or "fail REASON". (An empty variant is "variant " + "".)
+// and the answer one line: "ok MS", "ok MS NOTE" (CostRecord::reason of an ok record) or
+// "fail REASON". (An empty variant is "variant " + "".)
 // abandon_above_ms (Measurer::time_kernel) only where there is one: a distributed job's
 // request, which never has one, reads the same to workers built before it. other_kernels
 // (BetweenRuns) only where nothing is read between runs: an eviction implies it.
@@ -237,8 +238,10 @@ CostRecord IsolatedWorker::measure(const std::string& request) {
   if (line.rfind("ok ", 0) == 0) {
     char* end = nullptr;
     record.milliseconds = std::strtod(line.c_str() + 3, &end);
-    if (end != line.c_str() + line.size() || !(record.milliseconds >= 0))
+    const size_t parsed = static_cast<size_t>(end - line.c_str());
+    if ((parsed != line.size() && line[parsed] != ' ') || !(record.milliseconds >= 0))
       return lost_worker("bad worker answer: " + line);
+    if (parsed != line.size()) record.reason = line.substr(parsed + 1);  // a note (CostRecord)
     return record;
   }
   return CostRecord::failure(line.rfind("fail ", 0) == 0 ? line.substr(5)
@@ -292,8 +295,9 @@ int run_measure_worker() {
       const KernelJob job = kernel_job(g, candidate, machine, between);
       CostRecord r = measurer->measure_now(
           job, candidate, abandon.empty() ? Measurer::kNeverAbandon : std::stod(abandon));
-      answer =
-          r.ok ? fmt::format("ok {:.17g}\n", r.milliseconds) : "fail " + one_line(r.reason) + "\n";
+      answer = r.ok ? fmt::format("ok {:.17g}{}{}\n", r.milliseconds, r.reason.empty() ? "" : " ",
+                                  one_line(r.reason))
+                    : "fail " + one_line(r.reason) + "\n";
     } catch (const std::exception& e) {
       answer = "fail " + one_line(e.what()) + "\n";
     }

@@ -3,11 +3,14 @@
 // values), check its outputs once against reference, warm up, repeat until the spread is
 // small or the per-candidate budget is spent, keep the median. Results go through the cost
 // database, so nothing known is measured twice. A candidate that fails to compile, throws
-// or computes a wrong result costs +inf with the reason recorded.
+// or computes a wrong result costs +inf with the reason recorded; one whose outputs match
+// only within the subgraph's own sensitivity (util/compare.h) is measured, and its record's
+// reason starts with kWithinSensitivity.
 #pragma once
 
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,11 +18,14 @@
 #include "plan/hardware.h"
 #include "runtime/candidate.h"
 #include "search/cost_db.h"
+#include "util/compare.h"
 #include "util/cpu_info.h"
 
 namespace collage {
 
 class IsolatedWorker;
+
+inline constexpr const char* kWithinSensitivity = "matched reference within its own sensitivity: ";
 
 struct MeasureOptions {
   int warmup = 2;
@@ -177,15 +183,28 @@ class Measurer {
                     const std::vector<Tensor>& outputs) const;
   CostRecord measure_uncached(const KernelJob& job, const std::string& canonical,
                               const Candidate& candidate, double abandon_above_ms);
-  const std::vector<Tensor>& reference_outputs(const Graph& subgraph, const std::string& canonical,
-                                               const std::vector<Tensor>& inputs);
+  // The reference backend's outputs for a subgraph, and (made on the first mismatch) its
+  // outputs on the inputs scaled by (1 + kSensitivityInputChange): how far the computation
+  // itself moves (util/compare.h, compare_within_sensitivity).
+  struct ReferenceRun {
+    std::vector<Tensor> outputs;
+    std::optional<std::vector<Tensor>> moved;
+  };
+  ReferenceRun& reference_run(const Graph& subgraph, const std::string& canonical,
+                              const std::vector<Tensor>& inputs);
+  // Empty when `outputs` match the reference's within `tol`, or within the subgraph's own
+  // sensitivity (then `note` says by how much); else why not.
+  std::string check_against_reference(const Graph& subgraph, const std::string& canonical,
+                                      const std::vector<Tensor>& inputs,
+                                      const std::vector<Tensor>& outputs, const Tolerance& tol,
+                                      std::string& note);
 
   CostDb* db_;
   Hardware hardware_;
   MeasureOptions options_;
   static constexpr size_t kReferenceCacheEntries = 4;
   // By canonical text and the constants' values (reference_key in measure.cc).
-  std::map<std::string, std::vector<Tensor>> reference_cache_;
+  std::map<std::string, ReferenceRun> reference_cache_;
   IsolatedWorker* isolated_ = nullptr;
   // Grows the eviction buffer to `bytes` where it is smaller (touched and timed once per
   // size: first touches of fresh pages are slow and would be timed), and returns the time an

@@ -49,6 +49,11 @@ MeasuredCosts::Result MeasuredCosts::remember(const Candidate& c, const CostReco
         fastest_.try_emplace({c.backend->device(), c.threads, c.nodes}, record.milliseconds);
     if (!added) it->second = std::min(it->second, record.milliseconds);
   }
+  // Each candidate is remembered once a tune (the memo answers after), found or measured.
+  if (record.ok && record.reason.rfind(kWithinSensitivity, 0) == 0 &&
+      stats_.within_sensitivity++ == 0)
+    stats_.sensitivity_example = fmt::format("{} on {} nodes from '{}'", c.label(), c.nodes.size(),
+                                             model_.node(c.nodes[0]).name);
   return {record.milliseconds, origin, record.ok ? "" : record.reason};
 }
 

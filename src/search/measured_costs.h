@@ -27,6 +27,10 @@ struct MeasureStats {
   // time, a measure-worker) while this tune waited for it.
   size_t candidates = 0, cache_hits = 0, measured = 0, measured_elsewhere = 0, failed = 0;
   std::vector<std::string> failures;  // one line per failed candidate
+  // Candidates whose outputs matched reference only within their subgraph's own sensitivity
+  // (util/compare.h: a chaotic model), and the first one's note.
+  size_t within_sensitivity = 0;
+  std::string sensitivity_example;
 };
 
 // How measurements go through the cost database's job queue (search/measure_queue.h).

@@ -71,6 +71,10 @@ class Tuner {
     if (options_.optimizer == Optimizer::kTwoLevel) tuned = search_graph_level(std::move(tuned));
     compare_and_pick(std::move(tuned));
     if (calm_) result_.slow_windows = calm_->waits();
+    // Over every phase: the graph-level search measures the large regions a chaotic model's
+    // check passes within its sensitivity.
+    result_.within_sensitivity = costs_.stats().within_sensitivity;
+    result_.sensitivity_example = costs_.stats().sensitivity_example;
     result_.seconds = seconds_since(start_);
     return std::move(result_);
   }

@@ -159,4 +159,75 @@ std::string compare_outputs(const std::vector<Tensor>& actual, const std::vector
   return "";
 }
 
+std::vector<Tensor> scaled_inputs(const std::vector<Tensor>& inputs, double change) {
+  std::vector<Tensor> out;
+  out.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    if (t.dtype() != DType::kFloat32 && t.dtype() != DType::kFloat64) {
+      out.push_back(t);
+      continue;
+    }
+    Tensor scaled = t.clone();
+    if (t.dtype() == DType::kFloat32)
+      for (float& x : scaled.span<float>()) x = static_cast<float>(x * (1 + change));
+    else
+      for (double& x : scaled.span<double>()) x *= 1 + change;
+    out.push_back(std::move(scaled));
+  }
+  return out;
+}
+
+double scaled_difference(const Tensor& actual, const Tensor& expected) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (actual.dtype() != expected.dtype() || actual.shape() != expected.shape() ||
+      !dtype_is_float(expected.dtype()))
+    return kInf;
+  double scale = 0, diff = 0;
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    const double a = float_element(actual, i), b = float_element(expected, i);
+    if (!std::isfinite(a) || !std::isfinite(b)) {
+      if (!(std::isnan(a) && std::isnan(b)) && a != b) return kInf;
+      continue;
+    }
+    scale = std::max(scale, std::fabs(b));
+    diff = std::max(diff, std::fabs(a - b));
+  }
+  if (diff == 0) return 0;
+  return scale > 0 ? diff / scale : kInf;
+}
+
+SensitivityCheck compare_within_sensitivity(const std::vector<Tensor>& actual,
+                                            const std::vector<Tensor>& expected,
+                                            const std::vector<Tensor>& moved,
+                                            const Tolerance& tol) {
+  SensitivityCheck check;
+  if (actual.size() != expected.size() || moved.size() != expected.size()) {
+    check.mismatch = compare_outputs(actual, expected, tol);
+    if (check.mismatch.empty()) check.mismatch = "the moved outputs are not the expected ones";
+    return check;
+  }
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const std::string diff = compare_tensors(actual[i], expected[i], tol);
+    if (diff.empty()) continue;
+    const double sensitivity = scaled_difference(moved[i], expected[i]);
+    const double error = scaled_difference(actual[i], expected[i]);
+    if (std::isfinite(sensitivity) && error <= kSensitivityAllowance * sensitivity) {
+      check.note += fmt::format(
+          "{}output {} differs by {:.2g} of its scale, the expected one moves {:.2g} under a {:g} "
+          "input change",
+          check.note.empty() ? "" : "; ", i, error, sensitivity, kSensitivityInputChange);
+      continue;
+    }
+    check.mismatch = fmt::format("output {}: {}", i, diff);
+    if (std::isfinite(sensitivity) && sensitivity > 0)
+      check.mismatch += fmt::format(
+          " ({:.2g} of its scale, over {:g}x the {:.2g} the expected one moves under a {:g} input "
+          "change)",
+          error, kSensitivityAllowance, sensitivity, kSensitivityInputChange);
+    check.note.clear();
+    return check;
+  }
+  return check;
+}
+
 }  // namespace collage

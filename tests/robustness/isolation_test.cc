@@ -110,6 +110,53 @@ TEST(Isolation, MergedGraphLevelRegionsAreMeasuredInTheWorker) {
   EXPECT_NE(reasons.find("crashed: SIGSEGV"), std::string::npos) << reasons;
 }
 
+// A model chaotic in float32 (util/compare.h): x [1, 1024] -> MatMul -> Mul(3e4) -> Sin ->
+// MatMul. onednn-graph's products sum in another order than reference's, which its sines
+// amplify past the tolerance; the check within the model's own sensitivity passes it in the
+// worker, and the note comes back with the cost ("ok MS NOTE"): the tune says so, the plan
+// uses onednn-graph, and `run --verify` passes saying why.
+std::string chaotic_model(const TempDir& dir) {
+  ModelBuilder b;
+  b.input("x", kFloat, {1, 1024});
+  uint64_t state = 12345;
+  auto uniform = [&](float scale) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return scale * (2.0f * static_cast<float>((state >> 40) & 0xFFFFFF) / 16777216.0f - 1.0f);
+  };
+  auto weights = [&](const std::string& name, int64_t rows, int64_t cols, float scale) {
+    onnx::TensorProto* t = b.initializer(name, kFloat, {rows, cols});
+    for (int64_t i = 0; i < rows * cols; ++i) t->add_float_data(uniform(scale));
+  };
+  weights("w1", 1024, 64, 0.1f);
+  weights("w2", 64, 16, 0.2f);
+  b.initializer("gain", kFloat, {1})->add_float_data(3e4f);
+  b.node("MatMul", {"x", "w1"}, {"a"}, "mm1");
+  b.node("Mul", {"a", "gain"}, {"b"}, "gain");
+  b.node("Sin", {"b"}, {"c"}, "sin");
+  b.node("MatMul", {"c", "w2"}, {"y"}, "mm2");
+  b.output("y", kFloat, {1, 16});
+  return dir.write("chaotic.onnx", b.bytes());
+}
+
+TEST(Isolation, AChaoticModelsCheckNoteComesBackFromTheWorker) {
+  TempDir dir;
+  const std::string model = chaotic_model(dir), plan = dir.file("PLAN.json");
+  CliRun r = run("tune " + model + " -o " + plan + " --cost-db " + dir.file("costs.db") +
+                     " --backends reference,onednn-graph --budget 5",
+                 dir);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("matched reference only within their own sensitivity"), std::string::npos)
+      << r.out;
+  std::ifstream in(plan);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  bool onednn_graph = false;
+  for (const auto& g : j["groups"]) onednn_graph |= g["backend"] == "onednn-graph";
+  EXPECT_TRUE(onednn_graph) << j.dump();
+  CliRun ran = run("run " + model + " --plan " + plan + " --verify", dir);
+  EXPECT_EQ(ran.status, 0) << ran.out;
+  EXPECT_NE(ran.out.find("within the model's own sensitivity"), std::string::npos) << ran.out;
+}
+
 TEST(Isolation, NoIsolateStillCatchesExceptions) {
   TempDir dir;
   std::string model = relu_chain(dir);

@@ -276,7 +276,7 @@ TEST(Tune, APredictionItsPlansTimeContradictsIsSampledAgainOnce) {
 // kernels' records read 100x and the plans' side-by-side times ~0: every real recheck sample
 // is over its plan's time. Fails if such samples were taken (the costs would drop to the
 // real ones, as in the test above).
-TEST(Tune, ARecheckSlowerThanItsWholePlanKeepsTheConfirmedCost) {
+TEST(Tune, ARecheckSlowerThanItsWholePlanKeepsAnEarlierSampleUnderIt) {
   TempCostDb db("tune_recheck_bound");
   // A conv of ~0.4 ms: its samples exceed a plan of ~0 ms by more than the 0.1 ms a
   // microsecond kernel's noise is allowed.
@@ -313,6 +313,36 @@ TEST(Tune, ARecheckSlowerThanItsWholePlanKeepsTheConfirmedCost) {
   const TuneResult third = tune(g, options);
   EXPECT_EQ(third.measured, 0u);
   EXPECT_EQ(third.plan.predicted_ms, second.plan.predicted_ms);
+}
+
+// The recheck bound's fallback (MeasuredCosts::recheck_cost_ms): where the confirmed cost is
+// over the bound too, a bounded recheck keeps the first sample. A real conv of ~0.4 ms, its
+// confirmation set 100x too high and its first sample under the 0.1 ms bound of a ~0 ms plan;
+// the real recheck sample (over that bound) is not taken. Fails if the recheck kept the
+// confirmation or the sample.
+TEST(Tune, ABoundedRecheckFallsBackToTheFirstSampleWhenTheConfirmationIsOverTheBoundToo) {
+  TempCostDb db("tune_recheck_first");
+  const Graph g = small_cnn(32, 64, 56);
+  Backend& onednn = BackendRegistry::global().get("onednn");
+  const Candidate conv{{0, 1}, &onednn, "", 1};
+  {
+    CostDb costs_db(db.path());
+    MeasuredCosts costs(g, costs_db, this_machine(1), 1, false, 30);
+    ASSERT_TRUE(std::isfinite(costs.confirmed_cost_ms(conv)));
+  }
+  CostDbSql sql(db.path());
+  const std::string first = "backend = 'onednn'", confirmation = "backend = 'confirmation'";
+  ASSERT_EQ(sql.count(first + " AND ok = 1"), 1);
+  ASSERT_GE(sql.count(confirmation + " AND ok = 1"), 1);
+  sql.exec("UPDATE costs SET cost_ms = 0.05 WHERE " + first);
+  sql.exec("UPDATE costs SET cost_ms = cost_ms * 100 WHERE " + confirmation);
+  CostDb costs_db(db.path());
+  MeasuredCosts costs(g, costs_db, this_machine(1), 1, false, 30);
+  // Over the bound: the 100x confirmation, or a real third sample where the two disagree.
+  ASSERT_GT(costs.confirmed_cost_ms(conv), 0.1);
+  EXPECT_EQ(costs.recheck_cost_ms(conv, 1e-6), 0.05);
+  EXPECT_EQ(sql.count(kRechecks + " AND cost_ms = 0.05 AND reason LIKE '%over its whole plan%'"),
+            1);
 }
 
 TEST(Search, APredictionIsContradictedByATimeOffByATenthAndATenthOfAMillisecond) {
