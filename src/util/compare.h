@@ -52,8 +52,9 @@ std::string compare_outputs(const std::vector<Tensor>& actual, const std::vector
 inline constexpr double kSensitivityInputChange = 1e-6;
 inline constexpr double kSensitivityAllowance = 4;
 
-// Copies of `inputs` with every floating-point element scaled by (1 + change); other dtypes
-// (ids, masks, shapes) as they are.
+// Copies of `inputs` with every float32 and float64 element scaled by (1 + change); other
+// dtypes (ids, masks, shapes; 16-bit floats, which would round such a change away) as they
+// are.
 std::vector<Tensor> scaled_inputs(const std::vector<Tensor>& inputs, double change);
 
 // max |actual - expected| / max |expected| over a float tensor's finite elements: 0 when they
