@@ -49,10 +49,13 @@ TRANSFORMER_MODELS="bert-base gpt2 vit"
 # its written-out LayerNorm on oneDNN's reference loops; the fixes are general (import's
 # Einsum lowering and no-op removal, broadcasts over merged dimensions), no code names them.
 # LRASPP-MobileNetV3 (segmentation, 320x320: bilinear upsampling) joined when Resize got fast
-# implementations.
+# implementations. EfficientNet-B3 joined when the check against reference learned models
+# chaotic in float32 (util/compare.h): exported with random weights, its outputs move 5.6 % of
+# their scale under a 1e-6 input change, every large candidate had failed its check, and its
+# tune had written a 158-step mix at 0.68x ORT.
 HELDOUT_MODELS="tv:densenet121 tv:squeezenet1_1 tv:shufflenet_v2_x1_0 tv:efficientnet_b0
   tv:mnasnet1_0 tv:mobilenet_v3_large tv:regnet_y_400mf tv:convnext_tiny tv:swin_t tv:maxvit_t
-  tv:lraspp_mobilenet_v3_large"
+  tv:lraspp_mobilenet_v3_large tv:efficientnet_b3"
 MODELS=""
 for m in ${BENCH_MODELS:-cnn transformers}; do  # a set's name stands for its models
   case "$m" in
