@@ -23,7 +23,13 @@
 //     axes: the reference kernel's shift, so nothing overflows; where m is not finite (an
 //     axis of -inf, or holding +inf or NaN) the result is m, as the reference returns it (a
 //     Where of IsInf / IsNaN of m).
+//   - Gelu (opset 20) in the node order exporters wrote before it (x / sqrt(2) -> Erf -> + 1
+//     -> * x -> * 0.5, or the tanh form), which the backends' GELU patterns fuse; Mish
+//     (opset 18) = x * Tanh(Softplus(x)).
+// The reductions' axes are an attribute to opset 17 and an input from 18; both are read.
 // Only float32 values: the fast backends' type.
+#include <cmath>
+
 #include "ir/model_passes.h"
 
 namespace collage {
@@ -89,13 +95,15 @@ bool lower_variadic(Graph& graph, const Node& node) {
 }
 
 // ReduceL1, ReduceL2, ReduceSumSquare and ReduceLogSum around a ReduceSum with the node's
-// axes and keepdims. Their axes are an attribute before opset 18; ReduceSum's an input from
-// opset 13 on.
+// axes, keepdims and noop_with_empty_axes. Their axes are an attribute before opset 18 and an
+// input from it; ReduceSum's an input from opset 13 on.
 bool lower_reduction(Graph& graph, const Node& node) {
   const std::string& t = node.op_type;
   const ValueId x = node.input(0), y = node.outputs[0];
   std::map<std::string, Attribute> attrs;
   if (node.has_attr("keepdims")) attrs["keepdims"] = node.attrs.at("keepdims");
+  if (node.has_attr("noop_with_empty_axes"))
+    attrs["noop_with_empty_axes"] = node.attrs.at("noop_with_empty_axes");
   int count = 0;
   std::vector<ValueId> sum_inputs;
   if (t == "ReduceL1") {
@@ -107,7 +115,9 @@ bool lower_reduction(Graph& graph, const Node& node) {
   } else {
     sum_inputs.push_back(x);  // ReduceLogSum
   }
-  if (node.has_attr("axes")) {
+  if (node.input(1) != kNoValue) {
+    sum_inputs.push_back(node.input(1));
+  } else if (node.has_attr("axes")) {
     if (graph.opset >= 13)
       sum_inputs.push_back(
           append_int64_constant(graph, node.name, count, "axes", node.attr_ints("axes")));
@@ -198,12 +208,17 @@ bool lower_log_sum_exp(Graph& graph, const Node& node) {
     return out(
         append_lowered_node(graph, node.name, count, op, std::move(in), std::move(attrs), to));
   };
-  // Both reductions keep the axes; ReduceMax takes them as an attribute (to opset 17),
-  // ReduceSum as an input from opset 13.
+  // Both reductions keep the axes; ReduceMax takes them as an attribute (to opset 17) or an
+  // input (from 18, as the node itself does), ReduceSum as an input from opset 13.
   std::map<std::string, Attribute> max_attrs = {{"keepdims", Attribute::from_int(1)}};
+  if (node.has_attr("noop_with_empty_axes"))
+    max_attrs["noop_with_empty_axes"] = node.attrs.at("noop_with_empty_axes");
   std::map<std::string, Attribute> sum_attrs = max_attrs;
-  std::vector<ValueId> sum_inputs;
-  if (node.has_attr("axes")) {
+  std::vector<ValueId> sum_inputs, max_inputs = {x};
+  if (node.input(1) != kNoValue) {
+    sum_inputs.push_back(node.input(1));
+    max_inputs.push_back(node.input(1));
+  } else if (node.has_attr("axes")) {
     max_attrs["axes"] = node.attrs.at("axes");
     if (graph.opset >= 13)
       sum_inputs.push_back(
@@ -211,7 +226,7 @@ bool lower_log_sum_exp(Graph& graph, const Node& node) {
     else
       sum_attrs["axes"] = node.attrs.at("axes");
   }
-  const ValueId m = add("ReduceMax", {x}, max_attrs);
+  const ValueId m = add("ReduceMax", max_inputs, max_attrs);
   const ValueId e = add("Exp", {add("Sub", {x, m})});
   sum_inputs.insert(sum_inputs.begin(), e);
   const ValueId shifted = add("Add", {add("Log", {add("ReduceSum", sum_inputs, sum_attrs)}), m});
@@ -257,6 +272,49 @@ bool lower_threshold(Graph& graph, const Node& node) {
   return true;
 }
 
+// Gelu (opset 20) as its function body, in the node order exporters wrote before it existed,
+// which the backends' GELU patterns take whole (onednn's epilogue.cc: gelu_around_erf,
+// match_gelu_tanh): approximate "none" x / sqrt(2) -> Erf -> + 1 -> * x -> * 0.5; "tanh"
+// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+bool lower_gelu(Graph& graph, const Node& node) {
+  const ValueId x = node.input(0), y = node.outputs[0];
+  const std::string approximate = node.attr_string("approximate", "none");
+  int count = 0;
+  auto out = [&](NodeId n) { return graph.node(n).outputs[0]; };
+  auto add = [&](const char* op, std::vector<ValueId> in, ValueId to = kNoValue) {
+    return out(append_lowered_node(graph, node.name, count, op, std::move(in), {}, to));
+  };
+  auto constant = [&](const char* what, double v) {
+    return append_float_constant(graph, node.name, count, what, static_cast<float>(v));
+  };
+  if (approximate == "none") {
+    const ValueId erf = add("Erf", {add("Div", {x, constant("sqrt2", M_SQRT2)})});
+    add("Mul", {add("Mul", {x, add("Add", {erf, constant("one", 1.0)})}), constant("half", 0.5)},
+        y);
+    return true;
+  }
+  if (approximate != "tanh") return false;  // the reference op refuses it with a message
+  const ValueId half = add("Mul", {x, constant("half", 0.5)});
+  const ValueId cube = add("Pow", {x, constant("three", 3.0)});
+  const ValueId sum = add("Add", {x, add("Mul", {cube, constant("c", 0.044715)})});
+  const ValueId t =
+      add("Tanh", {add("Mul", {sum, constant("sqrt_2_over_pi", std::sqrt(2 / M_PI))})});
+  add("Mul", {half, add("Add", {t, constant("one", 1.0)})}, y);
+  return true;
+}
+
+// Mish (opset 18) as its function body: x * tanh(softplus(x)).
+bool lower_mish(Graph& graph, const Node& node) {
+  int count = 0;
+  const NodeId softplus =
+      append_lowered_node(graph, node.name, count, "Softplus", {node.input(0)}, {});
+  const NodeId tanh =
+      append_lowered_node(graph, node.name, count, "Tanh", {graph.node(softplus).outputs[0]}, {});
+  append_lowered_node(graph, node.name, count, "Mul", {node.input(0), graph.node(tanh).outputs[0]},
+                      {}, node.outputs[0]);
+  return true;
+}
+
 }  // namespace
 
 void lower_function_ops(Graph& graph) {
@@ -272,12 +330,11 @@ void lower_function_ops(Graph& graph) {
         if (!f32(g, v)) return false;
       return lower_variadic(g, node);
     }
-    // Opset 18 (axes as an input, noop_with_empty_axes) is past the ONNX release this builds
-    // against (1.12: opset 17), so nothing here could test it: it stays.
-    if ((t == "ReduceL1" || t == "ReduceL2" || t == "ReduceSumSquare" || t == "ReduceLogSum") &&
-        g.opset < 18)
+    if (t == "Gelu") return lower_gelu(g, node);
+    if (t == "Mish") return lower_mish(g, node);
+    if (t == "ReduceL1" || t == "ReduceL2" || t == "ReduceSumSquare" || t == "ReduceLogSum")
       return lower_reduction(g, node);
-    if (t == "ReduceLogSumExp" && g.opset < 18) return lower_log_sum_exp(g, node);
+    if (t == "ReduceLogSumExp") return lower_log_sum_exp(g, node);
     // AveragePool's count_include_pad is from opset 7 on.
     if ((t == "LpPool" || t == "GlobalLpPool") && g.opset >= 7 && g.opset < 18)
       return lower_lp_pool(g, node);

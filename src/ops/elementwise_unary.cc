@@ -127,6 +127,28 @@ void register_activations(OpRegistry& r) {
                         }));
   add_unary<FloatTypes>(r, "Softsign",
                         no_attrs([](auto x) { return x / (decltype(x)(1) + std::fabs(x)); }));
+  // Mish (opset 18): x * tanh(softplus(x)).
+  add_unary<FloatTypes>(r, "Mish", no_attrs([](auto x) {
+                          using T = decltype(x);
+                          const T softplus =
+                              x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+                          return static_cast<T>(x * std::tanh(softplus));
+                        }));
+  // Gelu (opset 20): 0.5 x (1 + erf(x / sqrt(2))), or with approximate = "tanh"
+  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+  add_unary<FloatTypes>(r, "Gelu", [](const Node& n) {
+    const std::string approximate = n.attr_string("approximate", "none");
+    if (approximate != "none" && approximate != "tanh")
+      unsupported(n, "approximate '{}' (ONNX defines 'none' and 'tanh')", approximate);
+    const bool tanh_form = approximate == "tanh";
+    return [tanh_form](auto x) {
+      using T = decltype(x);
+      const double v = static_cast<double>(x);
+      const double inner = tanh_form ? std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))
+                                     : std::erf(v / M_SQRT2);
+      return static_cast<T>(0.5 * v * (1 + inner));
+    };
+  });
   add_unary<FloatTypes>(r, "Tanh", no_attrs([](auto x) { return std::tanh(x); }));
 }
 

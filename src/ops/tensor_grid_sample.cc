@@ -140,11 +140,12 @@ GridSampleSpec grid_sample_spec(const Node& node) {
   GridSampleSpec spec;
   const std::string mode = node.attr_string("mode", "bilinear");
   const std::string padding = node.attr_string("padding_mode", "zeros");
-  if (mode == "bilinear")
+  // Opset 20 renamed the interpolating modes "linear" and "cubic" (for 2-D grids the same).
+  if (mode == "bilinear" || mode == "linear")
     spec.mode = Mode::kBilinear;
   else if (mode == "nearest")
     spec.mode = Mode::kNearest;
-  else if (mode == "bicubic")
+  else if (mode == "bicubic" || mode == "cubic")
     spec.mode = Mode::kBicubic;
   else
     throw Error(ErrorKind::kInvalidModel,

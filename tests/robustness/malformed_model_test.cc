@@ -701,6 +701,51 @@ TEST(Malformed, OpTooNewForTheOpset) {
   expect_load_error(b, ErrorKind::kInvalidModel, "Gelu");
 }
 
+// Opsets 18-22 (past the ONNX 1.12 checker's 17): a model loads; the checker still checks the
+// operators whose definitions it knows, an operator newer than the model's opset is refused,
+// one collage has no kernel for is unsupported, and opset 23 is refused.
+TEST(Malformed, NewerOpsetsLoadAndAreStillChecked) {
+  for (int64_t opset : {18, 20, 22}) {
+    ModelBuilder b(opset);
+    b.input("x");
+    b.node("Relu", {"x"}, {"y"}, "relu");
+    b.output("y");
+    TempDir dir;
+    EXPECT_EQ(load_model(dir.write("m.onnx", b.bytes())).opset, opset);
+  }
+  {
+    ModelBuilder b(20);
+    b.input("x");
+    b.node("Relu", {"x", "x"}, {"y"}, "relu");
+    b.output("y");
+    expect_load_error(b, ErrorKind::kInvalidModel, "invalid ONNX model");
+  }
+  {
+    ModelBuilder b(19);
+    b.input("x");
+    b.node("Gelu", {"x"}, {"y"}, "gelu");
+    b.output("y");
+    expect_load_error(b, ErrorKind::kInvalidModel, "Gelu exists from opset 20");
+  }
+  {
+    ModelBuilder b(18);
+    b.input("x", kFloat, {1, 4, 3, 3});
+    auto* scale = b.initializer("scale", kFloat, {2});
+    scale->add_float_data(1.0f);
+    scale->add_float_data(1.0f);
+    b.node("GroupNormalization", {"x", "scale", "scale"}, {"y"}, "gn");
+    b.output("y");
+    expect_load_error(b, ErrorKind::kUnsupported, "GroupNormalization");
+  }
+  {
+    ModelBuilder b(23);
+    b.input("x");
+    b.node("Relu", {"x"}, {"y"}, "relu");
+    b.output("y");
+    expect_load_error(b, ErrorKind::kUnsupported, "opset 23 is not supported");
+  }
+}
+
 TEST(Malformed, IrVersionTooNew) {
   ModelBuilder b = ModelBuilder::relu();
   b.model().set_ir_version(1000);

@@ -136,7 +136,7 @@ def main():
     save(model([helper.make_node("SequenceLength", ["s"], ["y"])], [seq],
                [vi("y", [], TensorProto.INT64)]), "sequence_input.onnx")
 
-    save(model([add_one("x", "y")], [vi("x", [2])], [vi("y", [2])], version=18),
+    save(model([add_one("x", "y")], [vi("x", [2])], [vi("y", [2])], version=23),
          "opset_too_new.onnx")
 
     # Graph-structure errors (the ONNX checker and the importer both guard against them).
