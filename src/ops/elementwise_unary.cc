@@ -63,6 +63,12 @@ T sigmoid(T x) {
   return e / (T(1) + e);
 }
 
+// log(1 + e^x), written so neither branch overflows (Softplus, and inside Mish).
+template <typename T>
+T softplus(T x) {
+  return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+}
+
 void register_activations(OpRegistry& r) {
   add_unary<SignedTypes>(r, "Relu", no_attrs([](auto x) { return x < 0 ? decltype(x)(0) : x; }));
   add_unary<FloatTypes>(r, "LeakyRelu", [](const Node& n) {
@@ -121,19 +127,11 @@ void register_activations(OpRegistry& r) {
                           using T = decltype(x);
                           return x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5)));
                         }));
-  add_unary<FloatTypes>(r, "Softplus", no_attrs([](auto x) {
-                          // log(1 + e^x), written so neither branch overflows.
-                          return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-                        }));
+  add_unary<FloatTypes>(r, "Softplus", no_attrs([](auto x) { return softplus(x); }));
   add_unary<FloatTypes>(r, "Softsign",
                         no_attrs([](auto x) { return x / (decltype(x)(1) + std::fabs(x)); }));
   // Mish (opset 18): x * tanh(softplus(x)).
-  add_unary<FloatTypes>(r, "Mish", no_attrs([](auto x) {
-                          using T = decltype(x);
-                          const T softplus =
-                              x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-                          return static_cast<T>(x * std::tanh(softplus));
-                        }));
+  add_unary<FloatTypes>(r, "Mish", no_attrs([](auto x) { return x * std::tanh(softplus(x)); }));
   // Gelu (opset 20): 0.5 x (1 + erf(x / sqrt(2))), or with approximate = "tanh"
   // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
   add_unary<FloatTypes>(r, "Gelu", [](const Node& n) {
