@@ -252,6 +252,14 @@ std::string reference_key(const Graph& sub, const std::string& canonical) {
   return fmt::format("{}constants {:016x}\n", canonical, h);
 }
 
+// The fallback (reference) backend's outputs for `sub` on `inputs`. Compiled anew each time:
+// its kernel may keep references into `sub`, which the caller's job owns.
+std::vector<Tensor> run_reference(const Graph& sub, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> outs = allocate_outputs(sub);
+  BackendRegistry::global().fallback().compile(sub, CompileOptions{})->run(inputs, outs);
+  return outs;
+}
+
 }  // namespace
 
 Measurer::ReferenceRun& Measurer::reference_run(const Graph& sub, const std::string& canonical,
@@ -263,10 +271,7 @@ Measurer::ReferenceRun& Measurer::reference_run(const Graph& sub, const std::str
   // all the cache needs; keeping every one would grow memory with each candidate (a
   // ResNet-50 tune has ~300 distinct subgraphs, MBs of outputs each).
   if (reference_cache_.size() >= kReferenceCacheEntries) reference_cache_.clear();
-  ReferenceRun run;
-  run.outputs = allocate_outputs(sub);
-  BackendRegistry::global().fallback().compile(sub, CompileOptions{})->run(inputs, run.outputs);
-  return reference_cache_[key] = std::move(run);
+  return reference_cache_[key] = ReferenceRun{run_reference(sub, inputs), std::nullopt};
 }
 
 std::string Measurer::check_against_reference(const Graph& sub, const std::string& canonical,
@@ -274,19 +279,14 @@ std::string Measurer::check_against_reference(const Graph& sub, const std::strin
                                               const std::vector<Tensor>& outputs,
                                               const Tolerance& tol, std::string& note) {
   ReferenceRun& reference = reference_run(sub, canonical, inputs);
-  std::string mismatch = compare_outputs(outputs, reference.outputs, tol);
-  if (mismatch.empty()) return mismatch;
-  // A chaotic subgraph (util/compare.h): one more reference run, on the first mismatch only.
-  if (!reference.moved) {
-    std::vector<Tensor> moved = allocate_outputs(sub);
-    BackendRegistry::global()
-        .fallback()
-        .compile(sub, CompileOptions{})
-        ->run(scaled_inputs(inputs, kSensitivityInputChange), moved);
-    reference.moved = std::move(moved);
-  }
-  SensitivityCheck check =
-      compare_within_sensitivity(outputs, reference.outputs, *reference.moved, tol);
+  // A chaotic subgraph (util/compare.h): one more reference run, on its first mismatch only.
+  SensitivityCheck check = compare_allowing_sensitivity(
+      outputs, reference.outputs, inputs,
+      [&](const std::vector<Tensor>& scaled) -> const std::vector<Tensor>& {
+        if (!reference.moved) reference.moved = run_reference(sub, scaled);
+        return *reference.moved;
+      },
+      tol);
   note = std::move(check.note);
   return check.mismatch;
 }

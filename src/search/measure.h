@@ -185,7 +185,7 @@ class Measurer {
                               const Candidate& candidate, double abandon_above_ms);
   // The reference backend's outputs for a subgraph, and (made on the first mismatch) its
   // outputs on the inputs scaled by (1 + kSensitivityInputChange): how far the computation
-  // itself moves (util/compare.h, compare_within_sensitivity).
+  // itself moves (util/compare.h, compare_allowing_sensitivity).
   struct ReferenceRun {
     std::vector<Tensor> outputs;
     std::optional<std::vector<Tensor>> moved;

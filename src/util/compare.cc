@@ -230,4 +230,14 @@ SensitivityCheck compare_within_sensitivity(const std::vector<Tensor>& actual,
   return check;
 }
 
+SensitivityCheck compare_allowing_sensitivity(const std::vector<Tensor>& actual,
+                                              const std::vector<Tensor>& expected,
+                                              const std::vector<Tensor>& inputs,
+                                              const ExpectedRun& run_expected,
+                                              const Tolerance& tol) {
+  if (compare_outputs(actual, expected, tol).empty()) return {};
+  return compare_within_sensitivity(
+      actual, expected, run_expected(scaled_inputs(inputs, kSensitivityInputChange)), tol);
+}
+
 }  // namespace collage

@@ -3,6 +3,7 @@
 // kernel that computes NaN or garbage fails everywhere alike.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -76,5 +77,15 @@ struct SensitivityCheck {
 SensitivityCheck compare_within_sensitivity(const std::vector<Tensor>& actual,
                                             const std::vector<Tensor>& expected,
                                             const std::vector<Tensor>& moved, const Tolerance& tol);
+
+// The check the tuner and `run --verify` make: compare_outputs, and only where that misses,
+// compare_within_sensitivity with the moved outputs `run_expected` computes from
+// scaled_inputs(inputs, kSensitivityInputChange) (the expected computation run once more).
+using ExpectedRun = std::function<const std::vector<Tensor>&(const std::vector<Tensor>& inputs)>;
+SensitivityCheck compare_allowing_sensitivity(const std::vector<Tensor>& actual,
+                                              const std::vector<Tensor>& expected,
+                                              const std::vector<Tensor>& inputs,
+                                              const ExpectedRun& run_expected,
+                                              const Tolerance& tol);
 
 }  // namespace collage

@@ -67,6 +67,29 @@ TEST(Sensitivity, AnOutputMatchesWithinItsOwnMovementAndNoFurther) {
   EXPECT_NE(compare_within_sensitivity({}, want, moved, tol).mismatch, "");
 }
 
+// The tuner's and `run --verify`'s form: the expected computation runs once more, on the
+// scaled inputs, only where the outputs miss the tolerance.
+TEST(Sensitivity, TheExpectedComputationRunsAgainOnlyOnAMiss) {
+  const Tolerance tol = Tolerance::backend_vs_reference();
+  const Tensor expected = values();
+  const std::vector<Tensor> inputs = {expected}, want = {expected};
+  int runs = 0;
+  std::vector<Tensor> moved;
+  const ExpectedRun moves_by_0_05 =
+      [&](const std::vector<Tensor>& scaled) -> const std::vector<Tensor>& {
+    ++runs;
+    EXPECT_NEAR(scaled_difference(scaled[0], inputs[0]), kSensitivityInputChange, 1e-7);
+    return moved = {moved_by(expected, 0.05)};
+  };
+  EXPECT_EQ(compare_allowing_sensitivity(want, want, inputs, moves_by_0_05, tol).mismatch, "");
+  EXPECT_EQ(runs, 0);
+  const SensitivityCheck check =
+      compare_allowing_sensitivity({moved_by(expected, 0.1)}, want, inputs, moves_by_0_05, tol);
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(check.mismatch, "");
+  EXPECT_NE(check.note, "");
+}
+
 TEST(Sensitivity, ScaledInputsChangeFloatsOnly) {
   const Tensor f = values();
   const Tensor ids = Tensor::from_vector<int64_t>({4}, {1, 2, 3, 4});
