@@ -190,6 +190,44 @@ def unet_model(opset):
     return build, opset, None
 
 
+class GroupNormBlock(torch.nn.Module):
+    """A diffusion UNet's residual block (GroupNorm, SiLU, a time embedding added per channel,
+    a skip sum), then a wav2vec2-style Conv1d with GroupNorm of one channel per group. PyTorch
+    below opset 18 exports each GroupNorm as Reshape [N, G, -1], InstanceNormalization,
+    Reshape back, Mul gamma, Add beta."""
+
+    def __init__(self, width=32, groups=8):
+        super().__init__()
+        self.inp = torch.nn.Conv2d(4, width, 3, 1, 1)
+        self.norm1 = torch.nn.GroupNorm(groups, width)
+        self.conv1 = torch.nn.Conv2d(width, width, 3, 1, 1)
+        self.time = torch.nn.Linear(16, width)
+        self.norm2 = torch.nn.GroupNorm(groups, width)
+        self.conv2 = torch.nn.Conv2d(width, width, 3, 1, 1)
+        self.audio = torch.nn.Conv1d(width, width, 4, 2)
+        self.norm3 = torch.nn.GroupNorm(width, width)
+
+    def forward(self, x, t):
+        x = self.inp(x)
+        h = self.conv1(torch.nn.functional.silu(self.norm1(x)))
+        h = h + self.time(t)[:, :, None, None]
+        h = x + self.conv2(torch.nn.functional.silu(self.norm2(h)))
+        return torch.nn.functional.gelu(self.norm3(self.audio(h.flatten(2))))
+
+
+def group_norm_model(opset):
+    def build():
+        model = GroupNormBlock()
+        with torch.no_grad():  # defaults (weight 1, bias 0) would hide a dropped affine part
+            for m in model.modules():
+                if isinstance(m, torch.nn.GroupNorm):
+                    m.weight.uniform_(0.5, 1.5)
+                    m.bias.normal_(0, 0.1)
+        return model.eval(), (torch.randn(1, 4, 16, 16), torch.randn(1, 16)), ["x", "t"], ["y"]
+
+    return build, opset, None
+
+
 class CRNN(torch.nn.Module):
     """A text recogniser's shape (CRNN): convs and pools down to one row, its columns a
     sequence read by a 2-layer bidirectional LSTM, then a batch-first GRU given an initial
@@ -397,6 +435,7 @@ MODELS = {
     "unet_block": unet_model(13),
     "llama_block": llama_model(14),
     "crnn": crnn_model(14),
+    "groupnorm_block": group_norm_model(17),
 }
 
 # Ops each export must (or must not) contain, so a silent change in the exporter cannot
@@ -412,8 +451,10 @@ REQUIRED_OPS = {
     "llama_block": {"Gather", "MatMul", "Softmax", "Pow", "ReduceMean", "Sqrt", "Neg", "Concat",
                     "Sigmoid"},
     "crnn": {"Conv", "MaxPool", "LSTM", "GRU", "RNN", "LogSoftmax"},
+    "groupnorm_block": {"Conv", "Reshape", "InstanceNormalization", "Sigmoid", "Gemm", "Erf"},
 }
 FORBIDDEN_OPS = {
+    "groupnorm_block": {"GroupNormalization"},
     "bert_opset13": {"LayerNormalization"},
     "llama_block": {"LayerNormalization"},
 }

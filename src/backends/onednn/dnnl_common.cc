@@ -59,7 +59,9 @@ std::string backend_version() {
   // (expand_kernel.h), a flip or a Gather of an index list a copy (index_copy.h), GridSample a
   // sampling step (grid_sample_kernel.h); failures cached for regions holding one of these
   // are tried again. 32: RNN, GRU and LSTM as oneDNN's RNN primitives (recurrent_kernel.h).
-  constexpr int kKernelRevision = 32;
+  // 33: the exported GroupNorm is one step, and InstanceNormalization a step where oneDNN's
+  // batch normalization would run its non-jit kernel (group_norm.h).
+  constexpr int kKernelRevision = 33;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
@@ -443,6 +445,11 @@ bool flat_f32(const dnnl::memory& m, int64_t numel) {
 
 bool is_graph_output(const Graph& g, ValueId v) {
   return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
+}
+
+NodeId sole_reader(const Graph& g, const std::vector<std::vector<NodeId>>& consumers, ValueId v) {
+  if (v == kNoValue || consumers[v].size() != 1 || is_graph_output(g, v)) return -1;
+  return g.node(consumers[v][0]).domain.empty() ? consumers[v][0] : -1;
 }
 
 int input_index(const Graph& subgraph, ValueId value) {

@@ -283,6 +283,9 @@ bool flat_f32(const dnnl::memory& m, int64_t numel);
 
 // Whether `v` is one of `g`'s outputs.
 bool is_graph_output(const Graph& g, ValueId v);
+// The node that reads `v` alone (in the default domain), where `v` is not a graph output;
+// else -1. A decomposed normalization's interior values have one.
+NodeId sole_reader(const Graph& g, const std::vector<std::vector<NodeId>>& consumers, ValueId v);
 // Index of `value` in subgraph.inputs, or -1.
 int input_index(const Graph& subgraph, ValueId value);
 // Whether `v` is a value (not kNoValue) of type float32.

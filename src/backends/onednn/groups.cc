@@ -5,6 +5,7 @@
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/expand_kernel.h"
 #include "backends/onednn/grid_sample_kernel.h"
+#include "backends/onednn/group_norm.h"
 #include "backends/onednn/index_copy.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/masked_select.h"
@@ -183,6 +184,7 @@ void emit_group(const Graph& sub, ValueMemories& values, ConvAlgorithm conv_algo
   // A ReduceMean heading more nodes is a LayerNorm decomposition, not a global pooling.
   if (t == "ReduceMean" && sub.num_nodes() > 1) return emit_norm(sub, values);
   if (t == "Pow" && rms_norm_group(sub)) return emit_rms_norm(sub, values);
+  if (t == "Reshape" && group_norm_group(sub)) return emit_group_norm(sub, values);
   if ((t == "Reshape" && sub.num_nodes() == 3) || layout_head(sub, first))
     return emit_layout(sub, values);
   if (masked_select_group(sub)) return emit_masked_select(sub, values);

@@ -7,6 +7,7 @@
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/expand_kernel.h"
 #include "backends/onednn/grid_sample_kernel.h"
+#include "backends/onednn/group_norm.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/index_copy.h"
 #include "backends/onednn/kernels.h"
@@ -233,7 +234,13 @@ class OnednnBackend : public Backend {
         "Where (or a Cast of a bool to float) with the comparisons, IsNaN/IsInf, logic and "
         "Casts computing its condition: one step of collage's code, no bool written out";
     masked.generate = masked_select_matches;
-    return {rule, dw, attention, se, masked};
+    FusionRule group_norm;
+    group_norm.name = "group_norm";
+    group_norm.description =
+        "Reshape [N, G, -1], InstanceNormalization, Reshape back, Mul and Add by per-channel "
+        "constants (GroupNorm as PyTorch exports it): one step of collage's code";
+    group_norm.generate = grow_group_norm;
+    return {rule, dw, attention, se, masked, group_norm};
   }
 
   // A Conv group Winograd can run is offered as "winograd" too (collage's F(4x4, 3x3) measured
@@ -279,6 +286,11 @@ class OnednnBackend : public Backend {
         if (!options.variant.empty())
           fail(ErrorKind::kUnsupported, "onednn: no variant of a masked select");
         return compile_group(subgraph, emit_masked_select);
+      }
+      if (group_norm_group(subgraph)) {
+        if (!options.variant.empty())
+          fail(ErrorKind::kUnsupported, "onednn: no variant of a group normalization");
+        return compile_group(subgraph, emit_group_norm);
       }
       if ((subgraph.num_nodes() == 1 && layout_head(subgraph, first)) ||
           (t == "Reshape" && subgraph.num_nodes() == 3))

@@ -16,6 +16,7 @@
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/expand_kernel.h"
 #include "backends/onednn/grid_sample_kernel.h"
+#include "backends/onednn/group_norm.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/index_copy.h"
 #include "backends/onednn/kernels.h"
@@ -115,6 +116,15 @@ class RegionCompiler {
     group.head = head;
     covered_[head] = true;
     const Node& node = region_.node(head);
+    if (std::optional<GroupNorm> gn = match_group_norm(region_, consumers_, head);
+        gn && std::none_of(gn->nodes.begin() + 1, gn->nodes.end(),
+                           [&](NodeId n) { return covered_[n]; })) {
+      // An exported GroupNorm its first Reshape heads is one group (one step, group_norm.h).
+      const std::vector<NodeId> rest(gn->nodes.begin() + 1, gn->nodes.end());
+      for (NodeId n : rest) covered_[n] = true;
+      group.steps.push_back(rest);
+      return group;
+    }
     if (node.op_type == "Reshape") {
       // A channel shuffle is one group (one primitive); a lone Reshape is a view.
       if (std::optional<std::vector<NodeId>> rest = channel_shuffle(region_, consumers_, head);

@@ -124,12 +124,6 @@ bool eltwise_steps(const Graph& g, const Consumers& consumers, ValueId* cur,
   return false;
 }
 
-// The one reader of `v`, when `v` is no graph output; else -1.
-NodeId sole_reader(const Graph& g, const Consumers& consumers, ValueId v) {
-  if (is_graph_output(g, v) || consumers[v].size() != 1) return -1;
-  return consumers[v][0];
-}
-
 }  // namespace
 
 std::optional<SqueezeExcite> match_squeeze_excite(const Graph& g, const Consumers& consumers,

@@ -1,0 +1,240 @@
+// GroupNorm and InstanceNormalization as one step (group_norm.h says why).
+#include "backends/onednn/group_norm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+
+#include "backends/onednn/kernels.h"
+#include "collage/error.h"
+
+namespace collage::onednn {
+namespace {
+
+// y = (x - mean) / sqrt(var + eps) * scale[c] + shift[c] over planes of `groups` x
+// `per_group` channels of `inner` floats each, the statistics per plane (population
+// variance, two passes, accumulated in double as the reference backend does).
+class GroupNormStep {
+ public:
+  GroupNormStep(int64_t images, int64_t groups, int64_t per_group, int64_t inner, float epsilon,
+                std::vector<float> scale, std::vector<float> shift)
+      : images_(images),
+        groups_(groups),
+        per_group_(per_group),
+        inner_(inner),
+        epsilon_(epsilon),
+        scale_(std::move(scale)),
+        shift_(std::move(shift)) {}
+
+  dnnl_status_t run(const float* x, float* y) const {
+    const int64_t planes = images_ * groups_;
+    const int64_t plane = per_group_ * inner_;
+    // On the calling thread alone inside a team (a lane of a concurrent stage) and for small
+    // tensors, where a fork/join of the OpenMP team (2-4 us here) costs more than the work.
+    const int team = omp_in_parallel() || planes * plane < kParallelFloats
+                         ? 1
+                         : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), planes));
+    if (team <= 1) {
+      for (int64_t p = 0; p < planes; ++p) normalize(p, x + p * plane, y + p * plane);
+      return dnnl_success;
+    }
+#pragma omp parallel for num_threads(team) schedule(static)
+    for (int64_t p = 0; p < planes; ++p) normalize(p, x + p * plane, y + p * plane);
+    return dnnl_success;
+  }
+
+ private:
+  static constexpr int64_t kParallelFloats = 32 * 1024;
+  static constexpr int kLanes = 8;  // partial sums GCC keeps in one AVX-512 register of doubles
+
+  // Sum of f(x[i]) over n floats in kLanes partial sums (vectorized), then the tail.
+  template <typename F>
+  static double lane_sum(const float* x, int64_t n, F f) {
+    double part[kLanes] = {};
+    const int64_t body = n - n % kLanes;
+    for (int64_t j = 0; j < body; j += kLanes)
+      for (int l = 0; l < kLanes; ++l) part[l] += f(static_cast<double>(x[j + l]));
+    double sum = 0;
+    for (int l = 0; l < kLanes; ++l) sum += part[l];
+    for (int64_t j = body; j < n; ++j) sum += f(static_cast<double>(x[j]));
+    return sum;
+  }
+
+  void normalize(int64_t p, const float* x, float* y) const {
+    const int64_t n = per_group_ * inner_;
+    const double mean = lane_sum(x, n, [](double v) { return v; }) / static_cast<double>(n);
+    const double var = lane_sum(x, n, [mean](double v) { return (v - mean) * (v - mean); }) /
+                       static_cast<double>(n);
+    const double inv_std = 1.0 / std::sqrt(var + static_cast<double>(epsilon_));
+    const int64_t first = (p % groups_) * per_group_;  // the plane's first channel
+    for (int64_t k = 0; k < per_group_; ++k) {
+      const float a = static_cast<float>(inv_std * scale_[first + k]);
+      const float b = static_cast<float>(shift_[first + k] - mean * inv_std * scale_[first + k]);
+      const float* xc = x + k * inner_;
+      float* yc = y + k * inner_;
+      for (int64_t i = 0; i < inner_; ++i) yc[i] = xc[i] * a + b;
+    }
+  }
+
+  int64_t images_, groups_, per_group_, inner_;
+  float epsilon_;
+  std::vector<float> scale_, shift_;
+};
+
+int64_t product(const Shape& s, size_t begin) {
+  return std::accumulate(s.begin() + static_cast<std::ptrdiff_t>(begin), s.end(), int64_t{1},
+                         std::multiplies<>());
+}
+
+// The per-channel values of constant `v` broadcast against x of shape `xs` ([N, C, ...]):
+// one value, or C along axis 1 (right-aligned, every other axis 1); nullopt otherwise.
+std::optional<std::vector<float>> per_channel(const Graph& g, ValueId v, const Shape& xs) {
+  if (v == kNoValue || !g.value(v).is_constant() || g.value(v).dtype != DType::kFloat32)
+    return std::nullopt;
+  const Shape& s = g.value(v).shape;
+  if (s.size() > xs.size()) return std::nullopt;
+  const Shape p = pad_rank(s, xs.size());
+  for (size_t i = 0; i < p.size(); ++i)
+    if (p[i] != 1 && i != 1) return std::nullopt;
+  const std::vector<float> values = g.value(v).constant.to_float_vector();
+  if (p[1] == xs[1]) return values;
+  if (p[1] == 1) return std::vector<float>(static_cast<size_t>(xs[1]), values[0]);
+  return std::nullopt;
+}
+
+// Node `n` is `type` reading `cur` and a per-channel constant of x's shape: that constant.
+std::optional<std::vector<float>> affine_operand(const Graph& g, const Node& n, const char* type,
+                                                 ValueId cur, const Shape& xs) {
+  if (n.op_type != type || n.inputs.size() != 2 || n.outputs.size() != 1 ||
+      g.value(n.outputs[0]).shape != xs)
+    return std::nullopt;
+  if (n.input(0) == cur) return per_channel(g, n.input(1), xs);
+  if (n.input(1) == cur) return per_channel(g, n.input(0), xs);
+  return std::nullopt;
+}
+
+struct PlaneSplit {
+  int64_t images, groups, per_group, inner;
+};
+
+// A group norm's planes over x [N, C, ...]: `groups` groups of C / groups channels.
+PlaneSplit split_of(const Shape& xs, int64_t groups) {
+  return {xs[0], groups, xs[1] / groups, product(xs, 2)};
+}
+
+void add_step(const Graph& sub, ValueId x, ValueId out, const PlaneSplit& split, float epsilon,
+              std::vector<float> scale, std::vector<float> shift, ValueMemories& values) {
+  if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: group norm input");
+  const dnnl::memory::desc md = plain_md(sub.value(x).shape);
+  const dnnl::memory src = values.read(x, md);
+  const dnnl::memory dst = values.destination(out, md);
+  auto step = std::make_shared<const GroupNormStep>(split.images, split.groups, split.per_group,
+                                                    split.inner, epsilon, std::move(scale),
+                                                    std::move(shift));
+  values.program().add_custom(kGroupNormStep,
+                              [step](const dnnl_exec_arg_t* args, int count) {
+                                return step->run(custom_step_data(args, count, DNNL_ARG_SRC),
+                                                 custom_step_data(args, count, DNNL_ARG_DST));
+                              },
+                              {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+  values.produced(out, dst);
+}
+
+}  // namespace
+
+std::optional<GroupNorm> match_group_norm(const Graph& g, const Consumers& consumers,
+                                          NodeId reshape) {
+  const Node& r1 = g.node(reshape);
+  if (r1.op_type != "Reshape" || !r1.domain.empty() || r1.outputs.size() != 1 ||
+      !is_f32(g, r1.input(0)))
+    return std::nullopt;
+  const Value& xv = g.value(r1.input(0));
+  const Value& planes = g.value(r1.outputs[0]);
+  if (!xv.shape_known || !planes.shape_known || xv.shape.size() < 2 || planes.shape.size() != 3)
+    return std::nullopt;
+  const Shape& xs = xv.shape;
+  const int64_t groups = planes.shape[1];
+  if (planes.shape[0] != xs[0] || groups <= 0 || xs[1] % groups != 0 ||
+      planes.shape[2] != xs[1] / groups * product(xs, 2))
+    return std::nullopt;
+  const NodeId norm = sole_reader(g, consumers, r1.outputs[0]);
+  if (norm < 0 || !instance_norm_takes(g, g.node(norm)) || g.node(norm).input(0) != r1.outputs[0])
+    return std::nullopt;
+  const Node& in = g.node(norm);
+  const std::vector<float> in_scale = g.value(in.input(1)).constant.to_float_vector();
+  const std::vector<float> in_shift = g.value(in.input(2)).constant.to_float_vector();
+  const NodeId back = sole_reader(g, consumers, in.outputs[0]);
+  if (back < 0 || g.node(back).op_type != "Reshape" || g.node(back).outputs.size() != 1 ||
+      !g.value(g.node(back).outputs[0]).shape_known || g.value(g.node(back).outputs[0]).shape != xs)
+    return std::nullopt;
+  GroupNorm gn;
+  gn.nodes = {reshape, norm, back};
+  gn.x = r1.input(0);
+  gn.out = g.node(back).outputs[0];
+  gn.groups = groups;
+  gn.epsilon = in.attr_float("epsilon", 1e-5f);
+  const int64_t per_group = xs[1] / groups;
+  for (int64_t c = 0; c < xs[1]; ++c) {
+    gn.scale.push_back(in_scale[static_cast<size_t>(c / per_group)]);
+    gn.shift.push_back(in_shift[static_cast<size_t>(c / per_group)]);
+  }
+  // The affine after it: x * gamma, then + beta, each where it reads the value before alone.
+  if (const NodeId mul = sole_reader(g, consumers, gn.out); mul >= 0) {
+    if (std::optional<std::vector<float>> gamma =
+            affine_operand(g, g.node(mul), "Mul", gn.out, xs)) {
+      for (size_t c = 0; c < gn.scale.size(); ++c) {
+        gn.scale[c] *= (*gamma)[c];
+        gn.shift[c] *= (*gamma)[c];
+      }
+      gn.nodes.push_back(mul);
+      gn.out = g.node(mul).outputs[0];
+    }
+  }
+  if (const NodeId add = sole_reader(g, consumers, gn.out); add >= 0) {
+    if (std::optional<std::vector<float>> beta =
+            affine_operand(g, g.node(add), "Add", gn.out, xs)) {
+      for (size_t c = 0; c < gn.shift.size(); ++c) gn.shift[c] += (*beta)[c];
+      gn.nodes.push_back(add);
+      gn.out = g.node(add).outputs[0];
+    }
+  }
+  std::sort(gn.nodes.begin(), gn.nodes.end());
+  return gn;
+}
+
+std::vector<Match> grow_group_norm(const Graph& g) {
+  const Consumers consumers = g.consumers();
+  std::vector<Match> out;
+  for (size_t n = 0; n < g.num_nodes(); ++n)
+    if (std::optional<GroupNorm> gn = match_group_norm(g, consumers, static_cast<NodeId>(n)))
+      out.push_back(Match{gn->nodes});
+  return out;
+}
+
+bool group_norm_group(const Graph& sub) {
+  if (sub.num_nodes() < 3) return false;
+  const std::optional<GroupNorm> gn = match_group_norm(sub, sub.consumers(), 0);
+  return gn && gn->nodes.size() == sub.num_nodes() && sub.outputs == std::vector<ValueId>{gn->out};
+}
+
+void emit_group_norm(const Graph& sub, ValueMemories& values) {
+  if (!group_norm_group(sub))
+    fail(ErrorKind::kUnsupported, "onednn: not a GroupNorm decomposition it knows");
+  GroupNorm gn = *match_group_norm(sub, sub.consumers(), 0);
+  add_step(sub, gn.x, gn.out, split_of(sub.value(gn.x).shape, gn.groups), gn.epsilon,
+           std::move(gn.scale), std::move(gn.shift), values);
+}
+
+void emit_instance_norm_step(const Graph& sub, const Node& node, ValueMemories& values) {
+  if (!instance_norm_takes(sub, node))
+    fail(ErrorKind::kUnsupported, "onednn: InstanceNormalization with non-constant parameters");
+  const Shape& xs = sub.value(node.input(0)).shape;
+  add_step(sub, node.input(0), node.outputs[0], split_of(xs, xs[1]),
+           node.attr_float("epsilon", 1e-5f), sub.value(node.input(1)).constant.to_float_vector(),
+           sub.value(node.input(2)).constant.to_float_vector(), values);
+}
+
+}  // namespace collage::onednn
