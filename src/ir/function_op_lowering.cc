@@ -26,6 +26,9 @@
 //   - Gelu (opset 20) in the node order exporters wrote before it (x / sqrt(2) -> Erf -> + 1
 //     -> * x -> * 0.5, or the tanh form), which the backends' GELU patterns fuse; Mish
 //     (opset 18) = x * Tanh(Softplus(x)).
+//   - GroupNormalization (opset 18) as PyTorch exports GroupNorm at opsets 9-17: Reshape to
+//     [N, groups, -1], InstanceNormalization, Reshape back, and from opset 21 (scale and bias
+//     per channel) a Mul and an Add; the onednn backends run that as one step.
 // The reductions' axes are an attribute to opset 17 and an input from 18; both are read.
 // Only float32 values: the fast backends' type.
 #include <cmath>
@@ -315,6 +318,50 @@ bool lower_mish(Graph& graph, const Node& node) {
   return true;
 }
 
+// GroupNormalization (opset 18) as PyTorch exported GroupNorm before it: Reshape [N, G, -1],
+// InstanceNormalization, Reshape back; to opset 20 the scale and bias per group are the
+// InstanceNormalization's own, from 21 (per channel) a Mul and an Add by them as [C, 1, ...]
+// after it. The form the onednn backends run as one step (backends/onednn/group_norm.h).
+bool lower_group_norm(Graph& graph, const Node& node) {
+  const Shape xs = graph.value(node.input(0)).shape;
+  const int64_t groups = node.attr_int("num_groups", 0);
+  if (xs.size() < 2 || groups <= 0 || xs[1] % groups != 0 || !f32(graph, node.input(1)) ||
+      !f32(graph, node.input(2)))
+    return false;  // the reference op reports it
+  int count = 0;
+  auto out = [&](NodeId n) { return graph.node(n).outputs[0]; };
+  auto reshape = [&](ValueId v, const std::vector<int64_t>& shape, ValueId to = kNoValue) {
+    return out(append_lowered_node(
+        graph, node.name, count, "Reshape",
+        {v, append_int64_constant(graph, node.name, count, "shape", shape)}, {}, to));
+  };
+  const bool per_channel = graph.opset >= 21;
+  ValueId scale = node.input(1), bias = node.input(2);
+  if (per_channel) {
+    scale = graph.add_constant(fmt::format("{}/ones_{}", node.name, count++),
+                               Tensor::from_vector<float>({groups}, std::vector<float>(groups, 1)));
+    bias = graph.add_constant(fmt::format("{}/zeros_{}", node.name, count++),
+                              Tensor::from_vector<float>({groups}, std::vector<float>(groups, 0)));
+  }
+  const ValueId planes = reshape(node.input(0), {xs[0], groups, -1});
+  const ValueId norm = out(
+      append_lowered_node(graph, node.name, count, "InstanceNormalization", {planes, scale, bias},
+                          {{"epsilon", Attribute::from_float(node.attr_float("epsilon", 1e-5f))}}));
+  const std::vector<int64_t> whole(xs.begin(), xs.end());
+  if (!per_channel) {
+    reshape(norm, whole, node.outputs[0]);
+    return true;
+  }
+  std::vector<int64_t> channel_shape(xs.size() - 1, 1);
+  channel_shape[0] = xs[1];
+  const ValueId scaled =
+      out(append_lowered_node(graph, node.name, count, "Mul",
+                              {reshape(norm, whole), reshape(node.input(1), channel_shape)}, {}));
+  append_lowered_node(graph, node.name, count, "Add",
+                      {scaled, reshape(node.input(2), channel_shape)}, {}, node.outputs[0]);
+  return true;
+}
+
 }  // namespace
 
 void lower_function_ops(Graph& graph) {
@@ -332,6 +379,7 @@ void lower_function_ops(Graph& graph) {
     }
     if (t == "Gelu") return lower_gelu(g, node);
     if (t == "Mish") return lower_mish(g, node);
+    if (t == "GroupNormalization") return lower_group_norm(g, node);
     if (t == "ReduceL1" || t == "ReduceL2" || t == "ReduceSumSquare" || t == "ReduceLogSum")
       return lower_reduction(g, node);
     if (t == "ReduceLogSumExp") return lower_log_sum_exp(g, node);

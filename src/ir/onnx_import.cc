@@ -27,10 +27,11 @@ constexpr int64_t kMinOpset = 1;
 //   num_outputs (18), Pad's axes input (18), ScatterElements/ScatterND max and min (18),
 //   LpPool's ceil_mode (18), AveragePool's dilations (19: the reference and oneDNN compute
 //   them, the other backends refuse them), GridSample's "linear" and "cubic" (20), Mish (18)
-//   and Gelu (20) as their function bodies (ir/function_op_lowering.cc);
+//   and Gelu (20) as their function bodies, GroupNormalization (18, per-channel scale from 21)
+//   as PyTorch's GroupNorm decomposition (ir/function_op_lowering.cc);
 // - refused with a message: Pad's "wrap" (19), Resize's antialias, axes and
 //   keep_aspect_ratio_policy (18) and "half_pixel_symmetric" (19), operators collage has no
-//   kernel for (GroupNormalization, DFT, DeformConv, the quantize and string ops, control
+//   kernel for (DFT, DeformConv, the quantize and string ops, control
 //   flow), float8 and 4-bit element types (19, 21);
 // - changed in element types only (bfloat16 for many ops in 22, float8/int4 in 19-21): the
 //   types collage runs are the same.

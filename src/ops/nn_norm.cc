@@ -1,5 +1,6 @@
 // Normalizations in inference form: BatchNormalization (running statistics),
-// InstanceNormalization, LayerNormalization and LRN. Statistics accumulate in double.
+// InstanceNormalization, GroupNormalization, LayerNormalization and LRN. Statistics
+// accumulate in double.
 #include <cmath>
 
 #include "ops/nn_util.h"
@@ -119,6 +120,71 @@ RefKernel instance_norm_kernel(int64_t batch, int64_t channels, int64_t plane, f
       for (int64_t i = 0; i < plane; ++i) yp[i] = static_cast<T>((xp[i] - mean) * a + bias[c]);
     }
   };
+}
+
+// ---- GroupNormalization (opset 18): per (n, group) of C / num_groups channels, normalize with
+// the group's own statistics; scale and bias per group to opset 20, per channel from 21.
+
+// Whether the node's scale and bias are per channel (opset 21's definition) or per group.
+bool group_norm_params_per_channel(int64_t opset) {
+  return opset >= 21;
+}
+
+void infer_group_norm(InferContext& ctx) {
+  require_inputs(ctx, 3, "X, scale, bias");
+  DType t = require_float_input(ctx, 0);
+  require_float_input(ctx, 1, 0);
+  require_float_input(ctx, 2, 0);
+  const Shape& x = ctx.input_shape(0);
+  if (x.size() < 2) ctx.fail("input must have rank >= 2 (N, C, ...), got {}", shape_to_string(x));
+  const int64_t groups = ctx.node().attr_int("num_groups", 0);
+  if (groups <= 0 || x[1] % groups != 0)
+    ctx.fail("num_groups {} does not divide the {} channels", groups, x[1]);
+  const bool per_channel = group_norm_params_per_channel(ctx.opset());
+  for (size_t i : {1, 2}) {
+    const Shape& s = ctx.input_shape(i);
+    const int64_t want = per_channel ? x[1] : groups;
+    if (s.size() != 1 || s[0] != want)
+      ctx.fail("input {} has shape {}; expected [{}] (one value per {} at opset {})", i,
+               shape_to_string(s), want, per_channel ? "channel" : "group", ctx.opset());
+  }
+  ctx.set_output(0, t, x);
+}
+
+template <typename T>
+RefKernel group_norm_kernel(int64_t batch, int64_t channels, int64_t groups, int64_t plane,
+                            bool per_channel, float epsilon) {
+  return [=](std::span<const Tensor> in, std::span<const Tensor> out) {
+    const T* x = in[0].data<T>();
+    const T* scale = in[1].data<T>();
+    const T* bias = in[2].data<T>();
+    T* y = out[0].data<T>();
+    const int64_t per_group = channels / groups, span = per_group * plane;
+#pragma omp parallel for schedule(static)
+    for (int64_t ng = 0; ng < batch * groups; ++ng) {
+      const int64_t g = ng % groups;
+      const T* xp = x + ng * span;
+      T* yp = y + ng * span;
+      auto [mean, inv_std] = moments(xp, span, epsilon);
+      for (int64_t k = 0; k < per_group; ++k) {
+        const int64_t p = per_channel ? g * per_group + k : g;
+        const double a = scale[p] * inv_std;
+        for (int64_t i = k * plane; i < (k + 1) * plane; ++i)
+          yp[i] = static_cast<T>((xp[i] - mean) * a + bias[p]);
+      }
+    }
+  };
+}
+
+RefKernel make_group_norm(const Graph& g, const Node& node) {
+  const Value& xv = g.value(node.inputs[0]);
+  const float epsilon = node.attr_float("epsilon", 1e-5f);
+  const int64_t plane = dims_product(xv.shape, 2, xv.shape.size());
+  const int64_t groups = node.attr_int("num_groups", 1);
+  return dispatch_float(xv.dtype, [&](auto tag) {
+    return group_norm_kernel<decltype(tag)>(xv.shape[0], xv.shape[1], groups, plane,
+                                            group_norm_params_per_channel(g.opset), epsilon);
+  });
 }
 
 RefKernel make_instance_norm(const Graph& g, const Node& node) {
@@ -308,6 +374,7 @@ void register_norm_ops(OpRegistry& registry) {
   registry.add(
       {"InstanceNormalization", "", OpKind::kOpaque, infer_instance_norm, make_instance_norm});
   registry.add({"LayerNormalization", "", OpKind::kOpaque, infer_layer_norm, make_layer_norm});
+  registry.add({"GroupNormalization", "", OpKind::kOpaque, infer_group_norm, make_group_norm});
   registry.add({"LRN", "", OpKind::kOpaque, infer_lrn, make_lrn});
 }
 

@@ -723,14 +723,29 @@ TEST(Malformed, NewerOpsetsLoadAndAreStillChecked) {
   expect_load_error(early_gelu, ErrorKind::kInvalidModel, "Gelu exists from opset 20");
   ModelBuilder too_new = one_node(23, "Relu", {"x"});
   expect_load_error(too_new, ErrorKind::kUnsupported, "opset 23 is not supported");
-  ModelBuilder b(18);
-  b.input("x", kFloat, {1, 4, 3, 3});
-  auto* scale = b.initializer("scale", kFloat, {2});
-  scale->add_float_data(1.0f);
-  scale->add_float_data(1.0f);
-  b.node("GroupNormalization", {"x", "scale", "scale"}, {"y"}, "gn");
-  b.output("y");
-  expect_load_error(b, ErrorKind::kUnsupported, "GroupNormalization");
+  ModelBuilder dft = one_node(20, "DFT", {"x"});
+  expect_load_error(dft, ErrorKind::kUnsupported, "DFT");
+  // GroupNormalization's scale is per group to opset 20 and per channel from 21: a scale of
+  // 2 values for 2 groups of 4 channels loads at 18 and is refused at 21.
+  for (int64_t opset : {18, 21}) {
+    ModelBuilder b(opset);
+    b.input("x", kFloat, {1, 4, 3, 3});
+    auto* scale = b.initializer("scale", kFloat, {2});
+    scale->add_float_data(1.0f);
+    scale->add_float_data(1.0f);
+    auto* groups =
+        b.node("GroupNormalization", {"x", "scale", "scale"}, {"y"}, "gn")->add_attribute();
+    groups->set_name("num_groups");
+    groups->set_type(onnx::AttributeProto::INT);
+    groups->set_i(2);
+    b.output("y", kFloat, {1, 4, 3, 3});
+    if (opset == 18) {
+      TempDir dir;
+      EXPECT_EQ(load_model(dir.write("m.onnx", b.bytes())).opset, 18);
+    } else {
+      expect_load_error(b, ErrorKind::kShape, "one value per channel at opset 21");
+    }
+  }
 }
 
 TEST(Malformed, IrVersionTooNew) {

@@ -166,5 +166,48 @@ TEST(NewerOpsets, GeluAndMishAreTheirFunctionBodies) {
   expect_same(newer.finish(), older.finish(), 22);
 }
 
+TEST(NewerOpsets, GroupNormalizationIsPyTorchsGroupNormDecomposition) {
+  // Its scale and bias per group at opset 18, per channel at 21; written the way PyTorch
+  // exported nn.GroupNorm before (Reshape, InstanceNormalization, Reshape, [Mul, Add]).
+  for (int64_t opset : {18, 21}) {
+    SCOPED_TRACE(fmt::format("opset {}", opset));
+    const bool per_channel = opset >= 21;
+    const Shape xs = {2, 6, 5, 4};
+    const int64_t groups = 3;
+    GraphBuilder newer(opset), older(13);
+    for (GraphBuilder* b : {&newer, &older}) {
+      const ValueId x = b->input("x", DType::kFloat32, xs);
+      // Drawn in the same order in both graphs: the same values.
+      const ValueId scale = b->random_constant("scale", {per_channel ? xs[1] : groups});
+      const ValueId bias = b->random_constant("bias", {per_channel ? xs[1] : groups});
+      if (b == &newer) {
+        b->output(b->add1("GroupNormalization", {x, scale, bias},
+                          {{"num_groups", attr_i(groups)}, {"epsilon", testing::attr_f(1e-3f)}}));
+        continue;
+      }
+      const ValueId planes = b->add1("Reshape", {x, ints(*b, "planes", {xs[0], groups, -1})});
+      const ValueId ones = b->constant("ones", Tensor::from_vector<float>({groups}, {1, 1, 1}));
+      const ValueId zeros = b->constant("zeros", Tensor::from_vector<float>({groups}, {0, 0, 0}));
+      const ValueId norm = b->add1("InstanceNormalization",
+                                   {planes, per_channel ? ones : scale, per_channel ? zeros : bias},
+                                   {{"epsilon", testing::attr_f(1e-3f)}});
+      ValueId y = b->add1("Reshape", {norm, ints(*b, "back", xs)});
+      if (per_channel) {
+        const std::vector<int64_t> channel = {xs[1], 1, 1};
+        y = b->add1("Mul", {y, b->add1("Reshape", {scale, ints(*b, "cs", channel)})});
+        y = b->add1("Add", {y, b->add1("Reshape", {bias, ints(*b, "cb", channel)})});
+      }
+      b->output(y);
+    }
+    const Graph n = newer.finish();
+    expect_same(n, older.finish(), 23);
+    // One kernel on onednn: the lowered form is the group norm step's pattern.
+    SessionOptions onednn;
+    onednn.backend = "onednn";
+    onednn.strict = true;
+    EXPECT_EQ(Session(load_model_from_bytes(model_to_bytes(n), ""), onednn).num_steps(), 1u);
+  }
+}
+
 }  // namespace
 }  // namespace collage

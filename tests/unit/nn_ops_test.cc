@@ -472,6 +472,21 @@ TEST(NnInstanceNorm, HandComputed) {
   expect_values(out[0], {-2, 2, 4, 6});
 }
 
+TEST(NnGroupNorm, HandComputedPerGroupAndPerChannel) {
+  // Two groups of two channels: {1, 3, 5, 7} (mean 4, var 5) and {2, 2, 4, 4} (mean 3, var 1).
+  Tensor x = f32({1, 4, 2}, {1, 3, 5, 7, 2, 2, 4, 4});
+  const float r5 = 1.0f / std::sqrt(5.0f);
+  // Opset 18: scale and bias per group.
+  auto per_group = run_op("GroupNormalization", {{x}, {f32({2}, {1, 2})}, {f32({2}, {0, 10})}},
+                          {{"epsilon", attr_f(0)}, {"num_groups", attr_i(2)}}, 1, 18);
+  expect_values(per_group[0], {-3 * r5, -r5, r5, 3 * r5, 8, 8, 12, 12});
+  // Opset 21: per channel.
+  auto per_channel =
+      run_op("GroupNormalization", {{x}, {f32({4}, {1, 2, 3, -1})}, {f32({4}, {0, 1, 0, 0})}},
+             {{"epsilon", attr_f(0)}, {"num_groups", attr_i(2)}}, 1, 21);
+  expect_values(per_channel[0], {-3 * r5, -r5, 2 * r5 + 1, 6 * r5 + 1, -3, -3, -1, -1});
+}
+
 TEST(NnLayerNorm, RandomizedWithStatistics) {
   Tensor x = random_tensor({2, 3, 4}, 41);
   for (int64_t axis : {-1, 1, 0, -2}) {
