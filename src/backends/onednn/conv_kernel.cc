@@ -210,6 +210,28 @@ void add_epilogue(const std::vector<float>* bias, const std::vector<PostOp>& ops
 
 }  // namespace
 
+std::string forward_conv_implementation(const Node& node, const Shape& xs, const Shape& ws,
+                                        const Shape& ys) {
+  try {
+    const Geometry geo =
+        forward_geometry(node, Shape(xs.begin() + 2, xs.end()), Shape(ws.begin() + 2, ws.end()),
+                         Shape(ys.begin() + 2, ys.end()));
+    const dnnl::memory::desc w_md =
+        any_md(weights_view(ws, node.attr_int("group", 1), /*transposed=*/false).dims());
+    return dnnl::convolution_forward::primitive_desc(
+               dnnl::convolution_forward::desc(
+                   dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                   any_md(to_dims(xs)), w_md, dnnl::memory::desc(), any_md(to_dims(ys)),
+                   geo.strides, geo.dilates, geo.pad_l, geo.pad_r),
+               base_attr(), cpu_engine())
+        .impl_info_str();
+  } catch (const dnnl::error&) {
+    return "";
+  } catch (const Error&) {
+    return "";
+  }
+}
+
 void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm) {
   const Node& node = sub.node(0);
   const bool transposed = node.op_type == "ConvTranspose";

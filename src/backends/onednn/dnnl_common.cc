@@ -60,8 +60,9 @@ std::string backend_version() {
   // sampling step (grid_sample_kernel.h); failures cached for regions holding one of these
   // are tried again. 32: RNN, GRU and LSTM as oneDNN's RNN primitives (recurrent_kernel.h).
   // 33: the exported GroupNorm is one step, and InstanceNormalization a step where oneDNN's
-  // batch normalization would run its non-jit kernel (group_norm.h).
-  constexpr int kKernelRevision = 33;
+  // batch normalization would run its non-jit kernel (group_norm.h). 34: grouped 1-D convs
+  // run as 2-D ones of height 1 (conv1d_as_2d.h).
+  constexpr int kKernelRevision = 34;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

@@ -59,6 +59,10 @@ void emit_conv_dw(const Graph& subgraph, ValueMemories& values,
                   ConvAlgorithm algorithm = ConvAlgorithm::kDirect,
                   DepthwisePairForm form = DepthwisePairForm::kAnyJit);
 std::unique_ptr<Kernel> compile_conv_dw(const Graph& subgraph);
+// The implementation oneDNN picks for Conv node `node` (forward, direct, no post-ops, layouts
+// its choice) with input, weights and output of these shapes; "" where it has none.
+std::string forward_conv_implementation(const Node& node, const Shape& xs, const Shape& ws,
+                                        const Shape& ys);
 // MatMul (batched, broadcasting) / Gemm (transA/B, alpha, beta, C) + tail.  matmul_kernel.cc
 // Node 0 may be a Reshape/Flatten/Squeeze/Unsqueeze of A (read in place), then the head.
 void emit_matmul(const Graph& subgraph, ValueMemories& values);

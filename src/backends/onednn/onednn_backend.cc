@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backends/onednn/attention.h"
+#include "backends/onednn/conv1d_as_2d.h"
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/expand_kernel.h"
 #include "backends/onednn/grid_sample_kernel.h"
@@ -300,6 +301,9 @@ class OnednnBackend : public Backend {
           fail(ErrorKind::kUnsupported, "onednn: no variant of a 1x1 + depthwise fusion");
         return compile_conv_dw(subgraph);
       }
+      // A grouped 1-D conv as a 2-D one (conv1d_as_2d.h): the region compiler rewrites it.
+      if (t == "Conv" && conv1d_faster_as_2d(subgraph, first) && options.variant.empty())
+        return compile_region(subgraph);
       if (t == "Conv" || t == "ConvTranspose")
         return compile_conv(subgraph, options.variant == kWinograd ? ConvAlgorithm::kWinograd
                                                                    : ConvAlgorithm::kDirect);

@@ -13,6 +13,7 @@
 
 #include "backends/onednn/concat_in_place.h"
 #include "backends/onednn/concat_into_convs.h"
+#include "backends/onednn/conv1d_as_2d.h"
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/expand_kernel.h"
 #include "backends/onednn/grid_sample_kernel.h"
@@ -70,10 +71,11 @@ struct Group {
 class RegionCompiler {
  public:
   // Repeated computations are merged, zero Pads before convolutions and pools folded into
-  // their padding, and concatenations read by convolutions alone split into them first;
+  // their padding, concatenations read by convolutions alone split into them, and grouped
+  // 1-D convolutions written over a height of 1 (conv1d_as_2d.h) first;
   // `algorithms` (by the caller's node index) follows its convs by name.
   RegionCompiler(const Graph& region, const std::vector<ConvAlgorithm>& algorithms)
-      : region_(split_concats_into_convs(fold_pads(merge_duplicates(region)))),
+      : region_(lift_1d_convs_to_2d(split_concats_into_convs(fold_pads(merge_duplicates(region))))),
         algorithms_(by_name(region, algorithms, region_)),
         consumers_(region_.consumers()),
         covered_(region_.num_nodes(), false),
