@@ -5,6 +5,7 @@
 // without the affine), alone and inside onednn-graph regions between convolutions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <random>
 #include <string>
@@ -77,11 +78,14 @@ TEST(OnednnGroupNorm, EveryExportedFormIsOneStepLikeReference) {
     a.mul = trial % 4 != 3;
     a.add = trial % 5 != 4;
     a.channel_first_shape = trial % 2 == 0;
+    const bool silu = trial % 3 == 1;  // a SiLU after it joins the step
     GraphBuilder b;
-    b.output(group_norm(b, b.input("x", DType::kFloat32, xs), groups, a, "gn"));
+    ValueId y = group_norm(b, b.input("x", DType::kFloat32, xs), groups, a, "gn");
+    if (silu) y = b.add1("Mul", {y, b.add1("Sigmoid", {y})});
+    b.output(y);
     const Graph g = b.finish();
-    const std::string what = fmt::format("trial {}: x {} groups {} mul {} add {}", trial,
-                                         shape_to_string(xs), groups, a.mul, a.add);
+    const std::string what = fmt::format("trial {}: x {} groups {} mul {} add {} silu {}", trial,
+                                         shape_to_string(xs), groups, a.mul, a.add, silu);
     ASSERT_TRUE(onednn::group_norm_group(g)) << what;
     std::vector<ValueId> all;
     for (const Node& n : g.nodes()) all.push_back(n.outputs[0]);
@@ -113,8 +117,11 @@ TEST(OnednnGroupNorm, InstanceNormalizationAloneIsTheStepWhereOneDnnsWouldNotBeJ
 
 TEST(OnednnGroupNorm, InRegionsBetweenConvolutionsLikeReference) {
   // As in a diffusion UNet's residual block: conv -> GroupNorm -> SiLU -> conv, twice, the
-  // block's input read again by the residual Add. The region runs each GroupNorm as its one
-  // step: no batch normalization primitive, no binary primitive for the affine.
+  // block's input read again by the residual Add. The region runs each GroupNorm and its SiLU
+  // as one step: no batch normalization primitive, no binary primitive for the affine, no
+  // eltwise one for the SiLU. The second reads and writes the channels-last layout the convs
+  // around it use where they use one (brgconv): then the only reorders are the block's input
+  // to the first conv and to the residual sum, and the sum's output to row-major.
   for (int threads : {1, 2}) {
     GraphBuilder b;
     ValueId x = b.input("x", DType::kFloat32, {1, 32, 12, 12});
@@ -133,6 +140,11 @@ TEST(OnednnGroupNorm, InRegionsBetweenConvolutionsLikeReference) {
     EXPECT_EQ(steps.count(std::string(onednn::kGroupNormStep)), 2) << what;
     EXPECT_EQ(steps.count(dnnl::primitive::kind::batch_normalization), 0) << what;
     EXPECT_EQ(steps.count(dnnl::primitive::kind::binary), 0) << what;
+    EXPECT_EQ(steps.count(dnnl::primitive::kind::eltwise), 0) << what;
+    const bool channels_last_convs =
+        std::any_of(steps.implementations.begin(), steps.implementations.end(),
+                    [](const std::string& impl) { return impl.rfind("brgconv", 0) == 0; });
+    if (channels_last_convs) EXPECT_EQ(steps.count(dnnl::primitive::kind::reorder), 3) << what;
     testing::expect_like_reference(onednn_graph(), b.graph(), what);
   }
 }

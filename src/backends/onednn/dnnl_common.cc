@@ -61,8 +61,9 @@ std::string backend_version() {
   // are tried again. 32: RNN, GRU and LSTM as oneDNN's RNN primitives (recurrent_kernel.h).
   // 33: the exported GroupNorm is one step, and InstanceNormalization a step where oneDNN's
   // batch normalization would run its non-jit kernel (group_norm.h). 34: grouped 1-D convs
-  // run as 2-D ones of height 1 (conv1d_as_2d.h).
-  constexpr int kKernelRevision = 34;
+  // run as 2-D ones of height 1 (conv1d_as_2d.h). 35: the GroupNorm step reads and writes
+  // channels-last where its producer wrote that, and takes a SiLU after it (group_norm.h).
+  constexpr int kKernelRevision = 35;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <numeric>
+#include <tuple>
 
 #include "backends/onednn/kernels.h"
 #include "collage/error.h"
@@ -14,35 +16,74 @@
 namespace collage::onednn {
 namespace {
 
-// y = (x - mean) / sqrt(var + eps) * scale[c] + shift[c] over planes of `groups` x
-// `per_group` channels of `inner` floats each, the statistics per plane (population
-// variance, two passes, accumulated in double as the reference backend does).
+// exp(x), within 2 ulp of std::exp over float's range (Cephes' expf: 2^n times a degree-6
+// polynomial of the remainder), branch-free so that GCC vectorizes the loops calling it.
+inline float vector_exp(float x) {
+  x = std::min(std::max(x, -87.3f), 88.0f);
+  // x / ln 2 rounded to the nearest integer by adding and taking away 1.5 * 2^23 (|x / ln 2|
+  // < 128): what std::nearbyint does, in two vectorizable adds.
+  const float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+// How a step's tensor is laid out: [N, C, spatial] row-major, or channels-last [N, spatial, C]
+// (what oneDNN's brgconv and collage's Winograd write in a region).
+enum class Layout { kPlanar, kChannelsLast };
+
+struct PlaneSplit {
+  int64_t images, groups, per_group, inner;  // inner: the spatial size
+};
+
+// y = (x - mean) / sqrt(var + eps) * scale[c] + shift[c] [then SiLU] over groups of
+// `per_group` channels, the statistics per (image, group) over its channels and space
+// (population variance, two passes, accumulated in double as the reference backend does).
 class GroupNormStep {
  public:
-  GroupNormStep(int64_t images, int64_t groups, int64_t per_group, int64_t inner, float epsilon,
-                std::vector<float> scale, std::vector<float> shift)
-      : images_(images),
-        groups_(groups),
-        per_group_(per_group),
-        inner_(inner),
+  GroupNormStep(PlaneSplit split, Layout layout, float epsilon, std::vector<float> scale,
+                std::vector<float> shift, bool silu)
+      : split_(split),
+        layout_(layout),
         epsilon_(epsilon),
         scale_(std::move(scale)),
-        shift_(std::move(shift)) {}
+        shift_(std::move(shift)),
+        silu_(silu) {}
 
   dnnl_status_t run(const float* x, float* y) const {
-    const int64_t planes = images_ * groups_;
-    const int64_t plane = per_group_ * inner_;
+    const int64_t planes = split_.images * split_.groups;
     // On the calling thread alone inside a team (a lane of a concurrent stage) and for small
     // tensors, where a fork/join of the OpenMP team (2-4 us here) costs more than the work.
-    const int team = omp_in_parallel() || planes * plane < kParallelFloats
+    const int64_t floats = planes * split_.per_group * split_.inner;
+    const int team = omp_in_parallel() || floats < kParallelFloats
                          ? 1
                          : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), planes));
-    if (team <= 1) {
-      for (int64_t p = 0; p < planes; ++p) normalize(p, x + p * plane, y + p * plane);
+    const int64_t plane = split_.per_group * split_.inner;
+    if (layout_ == Layout::kPlanar) {
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
+      for (int64_t p = 0; p < planes; ++p) planar(p, x + p * plane, y + p * plane);
       return dnnl_success;
     }
-#pragma omp parallel for num_threads(team) schedule(static)
-    for (int64_t p = 0; p < planes; ++p) normalize(p, x + p * plane, y + p * plane);
+    // Channels-last: each thread takes whole groups (a contiguous run of channels in every
+    // pixel) of every image.
+    const int64_t image = split_.groups * plane;
+#pragma omp parallel num_threads(team) if (team > 1)
+    {
+      const int threads = omp_get_num_threads(), t = omp_get_thread_num();
+      for (int64_t n = 0; n < split_.images; ++n) {
+        const int64_t g0 = split_.groups * t / threads, g1 = split_.groups * (t + 1) / threads;
+        if (g0 < g1) channels_last(g0, g1, x + n * image, y + n * image);
+      }
+    }
     return dnnl_success;
   }
 
@@ -63,25 +104,85 @@ class GroupNormStep {
     return sum;
   }
 
-  void normalize(int64_t p, const float* x, float* y) const {
-    const int64_t n = per_group_ * inner_;
+  // y[i] = x[i] * a + b [then SiLU] over n floats.
+  void affine(const float* x, float* y, int64_t n, float a, float b) const {
+    if (!silu_) {
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] * a + b;
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const float z = x[i] * a + b;
+      y[i] = z / (1.0f + vector_exp(-z));
+    }
+  }
+
+  // The a, b of channel c of a group of mean `mean` and 1 / sqrt(var + eps) `inv_std`.
+  std::pair<float, float> coefficients(int64_t c, double mean, double inv_std) const {
+    return {static_cast<float>(inv_std * scale_[c]),
+            static_cast<float>(shift_[c] - mean * inv_std * scale_[c])};
+  }
+
+  void planar(int64_t p, const float* x, float* y) const {
+    const int64_t n = split_.per_group * split_.inner;
     const double mean = lane_sum(x, n, [](double v) { return v; }) / static_cast<double>(n);
     const double var = lane_sum(x, n, [mean](double v) { return (v - mean) * (v - mean); }) /
                        static_cast<double>(n);
     const double inv_std = 1.0 / std::sqrt(var + static_cast<double>(epsilon_));
-    const int64_t first = (p % groups_) * per_group_;  // the plane's first channel
-    for (int64_t k = 0; k < per_group_; ++k) {
-      const float a = static_cast<float>(inv_std * scale_[first + k]);
-      const float b = static_cast<float>(shift_[first + k] - mean * inv_std * scale_[first + k]);
-      const float* xc = x + k * inner_;
-      float* yc = y + k * inner_;
-      for (int64_t i = 0; i < inner_; ++i) yc[i] = xc[i] * a + b;
+    const int64_t first = (p % split_.groups) * split_.per_group;  // the plane's first channel
+    for (int64_t k = 0; k < split_.per_group; ++k) {
+      const auto [a, b] = coefficients(first + k, mean, inv_std);
+      affine(x + k * split_.inner, y + k * split_.inner, split_.inner, a, b);
     }
   }
 
-  int64_t images_, groups_, per_group_, inner_;
+  // Groups [g0, g1) of one image, channels-last: per-channel sums over the pixels (vectorized
+  // along the channels), reduced per group; the same for the squared deviations; then each
+  // pixel's channels written.
+  void channels_last(int64_t g0, int64_t g1, const float* x, float* y) const {
+    const int64_t channels = split_.groups * split_.per_group;
+    const int64_t c0 = g0 * split_.per_group, width = (g1 - g0) * split_.per_group;
+    const double count = static_cast<double>(split_.per_group * split_.inner);
+    std::vector<double> sums(static_cast<size_t>(width));
+    std::vector<double> mean(static_cast<size_t>(width)), inv_std(static_cast<size_t>(width));
+    auto per_group = [&](auto deviation, std::vector<double>& out) {
+      std::fill(sums.begin(), sums.end(), 0.0);
+      for (int64_t p = 0; p < split_.inner; ++p) {
+        const float* row = x + p * channels + c0;
+        for (int64_t c = 0; c < width; ++c) sums[c] += deviation(c, static_cast<double>(row[c]));
+      }
+      for (int64_t g = 0; g < g1 - g0; ++g) {
+        double total = 0;
+        for (int64_t k = 0; k < split_.per_group; ++k) total += sums[g * split_.per_group + k];
+        for (int64_t k = 0; k < split_.per_group; ++k)
+          out[g * split_.per_group + k] = total / count;
+      }
+    };
+    per_group([](int64_t, double v) { return v; }, mean);
+    per_group([&](int64_t c, double v) { return (v - mean[c]) * (v - mean[c]); }, inv_std);
+    std::vector<float> a(static_cast<size_t>(width)), b(static_cast<size_t>(width));
+    for (int64_t c = 0; c < width; ++c) {
+      const double inv = 1.0 / std::sqrt(inv_std[c] + static_cast<double>(epsilon_));
+      std::tie(a[c], b[c]) = coefficients(c0 + c, mean[c], inv);
+    }
+    for (int64_t p = 0; p < split_.inner; ++p) {
+      const float* row = x + p * channels + c0;
+      float* out = y + p * channels + c0;
+      if (!silu_) {
+        for (int64_t c = 0; c < width; ++c) out[c] = row[c] * a[c] + b[c];
+      } else {
+        for (int64_t c = 0; c < width; ++c) {
+          const float z = row[c] * a[c] + b[c];
+          out[c] = z / (1.0f + vector_exp(-z));
+        }
+      }
+    }
+  }
+
+  PlaneSplit split_;
+  Layout layout_;
   float epsilon_;
-  std::vector<float> scale_, shift_;
+  std::vector<float> scale_, shift_;  // per channel of one image
+  bool silu_;
 };
 
 int64_t product(const Shape& s, size_t begin) {
@@ -116,24 +217,29 @@ std::optional<std::vector<float>> affine_operand(const Graph& g, const Node& n, 
   return std::nullopt;
 }
 
-struct PlaneSplit {
-  int64_t images, groups, per_group, inner;
-};
-
 // A group norm's planes over x [N, C, ...]: `groups` groups of C / groups channels.
 PlaneSplit split_of(const Shape& xs, int64_t groups) {
   return {xs[0], groups, xs[1] / groups, product(xs, 2)};
 }
 
 void add_step(const Graph& sub, ValueId x, ValueId out, const PlaneSplit& split, float epsilon,
-              std::vector<float> scale, std::vector<float> shift, ValueMemories& values) {
+              std::vector<float> scale, std::vector<float> shift, bool silu,
+              ValueMemories& values) {
   if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: group norm input");
-  const dnnl::memory::desc md = plain_md(sub.value(x).shape);
+  // Channels-last where its producer wrote that (a conv in a region): the reorders to and from
+  // row-major around it took a third as long as the diffusion-style VAE decoder's convs
+  // (group_norm.h); else row-major. The output in the same layout.
+  const Shape& xs = sub.value(x).shape;
+  const std::optional<dnnl::memory::desc> last = channels_last_md(xs);
+  const Layout layout =
+      last && values.activation_layout(x, xs) == last ? Layout::kChannelsLast : Layout::kPlanar;
+  const dnnl::memory::desc md = layout == Layout::kChannelsLast ? *last : plain_md(xs);
   const dnnl::memory src = values.read(x, md);
   const dnnl::memory dst = values.destination(out, md);
-  auto step = std::make_shared<const GroupNormStep>(split.images, split.groups, split.per_group,
-                                                    split.inner, epsilon, std::move(scale),
-                                                    std::move(shift));
+  if (!flat_f32(src, shape_numel(xs)) || !flat_f32(dst, shape_numel(xs)))
+    fail(ErrorKind::kInternal, "onednn: group norm got a layout it can't walk");
+  auto step = std::make_shared<const GroupNormStep>(split, layout, epsilon, std::move(scale),
+                                                    std::move(shift), silu);
   values.program().add_custom(kGroupNormStep,
                               [step](const dnnl_exec_arg_t* args, int count) {
                                 return step->run(custom_step_data(args, count, DNNL_ARG_SRC),
@@ -201,6 +307,17 @@ std::optional<GroupNorm> match_group_norm(const Graph& g, const Consumers& consu
       gn.out = g.node(add).outputs[0];
     }
   }
+  // A SiLU after it (x * Sigmoid(x), as PyTorch exports F.silu): a diffusion UNet's every
+  // GroupNorm has one.
+  if (!is_graph_output(g, gn.out)) {
+    if (std::optional<TailStep> silu = match_swish(g, consumers, gn.out, /*whole_reader=*/true);
+        silu && silu->ops.size() == 1 && silu->ops[0].alg == dnnl::algorithm::eltwise_swish &&
+        silu->ops[0].alpha == 1.0f) {
+      gn.nodes.insert(gn.nodes.end(), silu->nodes.begin(), silu->nodes.end());
+      gn.out = silu->out;
+      gn.silu = true;
+    }
+  }
   std::sort(gn.nodes.begin(), gn.nodes.end());
   return gn;
 }
@@ -225,7 +342,7 @@ void emit_group_norm(const Graph& sub, ValueMemories& values) {
     fail(ErrorKind::kUnsupported, "onednn: not a GroupNorm decomposition it knows");
   GroupNorm gn = *match_group_norm(sub, sub.consumers(), 0);
   add_step(sub, gn.x, gn.out, split_of(sub.value(gn.x).shape, gn.groups), gn.epsilon,
-           std::move(gn.scale), std::move(gn.shift), values);
+           std::move(gn.scale), std::move(gn.shift), gn.silu, values);
 }
 
 void emit_instance_norm_step(const Graph& sub, const Node& node, ValueMemories& values) {
@@ -234,7 +351,7 @@ void emit_instance_norm_step(const Graph& sub, const Node& node, ValueMemories& 
   const Shape& xs = sub.value(node.input(0)).shape;
   add_step(sub, node.input(0), node.outputs[0], split_of(xs, xs[1]),
            node.attr_float("epsilon", 1e-5f), sub.value(node.input(1)).constant.to_float_vector(),
-           sub.value(node.input(2)).constant.to_float_vector(), values);
+           sub.value(node.input(2)).constant.to_float_vector(), /*silu=*/false, values);
 }
 
 }  // namespace collage::onednn

@@ -11,7 +11,14 @@
 // reference backend, [1, 32, 256] 0.074 against 0.009. So the tuned plan ran all 10 of the
 // model's GroupNorms on reference (21 reference nodes, a quarter of its predicted time) and
 // its onednn-graph regions were cut at each: 0.94-0.98x ONNX Runtime.
-// GroupNormalization itself (opset 18-21) is refused at import (ir/onnx_import.cc).
+// The step reads and writes channels-last where x's producer wrote that (brgconv's and
+// collage's Winograd's layout in a region), row-major otherwise, and takes the SiLU that
+// follows a diffusion model's every GroupNorm: in a VAE-decoder-style model (GroupNorm(32)
+// and SiLU at up to 256x256 with 128 channels) the reorders to and from row-major around the
+// row-major step and the SiLU's eltwise primitive took 43 of its 253 ms of primitives; with
+// them gone it ran 206 ms against 229-236 (ORT 409-422), alternating, 2 threads.
+// GroupNormalization (opset 18-21) is lowered on import to the exported form
+// (ir/function_op_lowering.cc).
 #pragma once
 
 #include <optional>
@@ -33,12 +40,14 @@ struct GroupNorm {
   // Per channel of one image: the InstanceNormalization's scale and shift of the channel's
   // group, composed with the Mul and Add that follow (1 and 0 where there are none).
   std::vector<float> scale, shift;
+  bool silu = false;  // a SiLU of its output is part of it
 };
 
 // The GroupNorm whose first Reshape is node `reshape` of `g`: x [N, C, ...] reshaped to
 // [N, G, C / G * ...], an InstanceNormalization of constant scale and bias, a Reshape back
-// to x's shape, then as many of a Mul and an Add by per-channel constants as read the
-// previous value alone. Interior values must be read inside it alone and be no graph outputs.
+// to x's shape, then as many of a Mul and an Add by per-channel constants and a SiLU (x *
+// Sigmoid(x)) as read the previous value alone. Interior values must be read inside it alone
+// and be no graph outputs.
 std::optional<GroupNorm> match_group_norm(const Graph& g, const Consumers& consumers,
                                           NodeId reshape);
 // Every GroupNorm of `g` (the onednn backend's fusion rule).
