@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backends/onednn/dnnl_common.h"
+#include "backends/onednn/graph_rewrite.h"
 
 namespace collage::onednn {
 namespace {
@@ -82,28 +83,15 @@ Tensor weight_slice(const Tensor& w, int64_t c0, int64_t count) {
 
 // `region` with each channel Concat that `rewrite` takes rewritten: rewrite(g, id, concat,
 // readers) appends the nodes that replace concatenation `id` (and readers of it) and returns
-// the nodes they replace (none: not taken). Then the replaced nodes are pruned and the graph
-// re-sorted.
+// the nodes they replace (none: not taken).
 template <typename Rewrite>
 Graph rewrite_concats(const Graph& region, const Rewrite& rewrite) {
-  Graph g = region;
-  const std::vector<std::vector<NodeId>> readers = g.consumers();
-  const size_t original = g.num_nodes();
-  std::vector<bool> removed(original, false);
-  bool any = false;
-  for (size_t i = 0; i < original; ++i) {
-    const Node concat = g.node(static_cast<NodeId>(i));  // a copy: rewrite() adds nodes
-    if (!channel_concat(g, concat) || is_graph_output(g, concat.outputs[0])) continue;
-    for (NodeId n : rewrite(g, static_cast<NodeId>(i), concat, readers[concat.outputs[0]])) {
-      removed[n] = true;
-      any = true;
-    }
-  }
-  if (!any) return g;
-  removed.resize(g.num_nodes(), false);
-  g.prune(removed);
-  g.sort_topologically();
-  return g;
+  const std::vector<std::vector<NodeId>> readers = region.consumers();
+  return rewrite_nodes(region, [&](Graph& g, NodeId id, const Node& concat) {
+    if (!channel_concat(g, concat) || is_graph_output(g, concat.outputs[0]))
+      return std::vector<NodeId>{};
+    return rewrite(g, id, concat, readers[concat.outputs[0]]);
+  });
 }
 
 // Each channel Concat that a pooling alone reads, pooled part by part and then concatenated:

@@ -2,6 +2,7 @@
 #include "backends/onednn/conv1d_as_2d.h"
 
 #include "backends/onednn/dnnl_common.h"
+#include "backends/onednn/graph_rewrite.h"
 #include "backends/onednn/kernels.h"
 
 namespace collage::onednn {
@@ -61,13 +62,8 @@ bool conv1d_faster_as_2d(const Graph& g, const Node& n) {
 }
 
 Graph lift_1d_convs_to_2d(const Graph& region) {
-  Graph g = region;
-  const size_t original = g.num_nodes();
-  std::vector<bool> removed(original, false);
-  bool any = false;
-  for (size_t i = 0; i < original; ++i) {
-    if (!conv1d_faster_as_2d(g, g.node(static_cast<NodeId>(i)))) continue;
-    Node conv = g.node(static_cast<NodeId>(i));  // a copy: adding values moves the graph's
+  return rewrite_nodes(region, [](Graph& g, NodeId id, Node conv) {
+    if (!conv1d_faster_as_2d(g, conv)) return std::vector<NodeId>{};
     const Shape xs = g.value(conv.input(0)).shape, ys = g.value(conv.outputs[0]).shape;
     const Tensor w = g.value(conv.input(1)).constant;
     const Shape x4 = lifted(xs), y4 = lifted(ys);
@@ -88,14 +84,8 @@ Graph lift_1d_convs_to_2d(const Graph& region) {
     g.add_node(conv);
     down.inputs = {conv.outputs[0], shape_constant(g, down.name + "/shape", ys)};
     g.add_node(down);
-    removed[i] = true;
-    any = true;
-  }
-  if (!any) return g;
-  removed.resize(g.num_nodes(), false);
-  g.prune(removed);
-  g.sort_topologically();
-  return g;
+    return std::vector<NodeId>{id};
+  });
 }
 
 }  // namespace collage::onednn

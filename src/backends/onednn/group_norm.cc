@@ -5,37 +5,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <numeric>
 #include <tuple>
 
 #include "backends/onednn/kernels.h"
 #include "collage/error.h"
+#include "util/fast_math.h"
 
 namespace collage::onednn {
 namespace {
-
-// exp(x), within 2 ulp of std::exp over float's range (Cephes' expf: 2^n times a degree-6
-// polynomial of the remainder), branch-free so that GCC vectorizes the loops calling it.
-inline float vector_exp(float x) {
-  x = std::min(std::max(x, -87.3f), 88.0f);
-  // x / ln 2 rounded to the nearest integer by adding and taking away 1.5 * 2^23 (|x / ln 2|
-  // < 128): what std::nearbyint does, in two vectorizable adds.
-  const float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
 
 // How a step's tensor is laid out: [N, C, spatial] row-major, or channels-last [N, spatial, C]
 // (what oneDNN's brgconv and collage's Winograd write in a region).
@@ -112,7 +91,7 @@ class GroupNormStep {
     }
     for (int64_t i = 0; i < n; ++i) {
       const float z = x[i] * a + b;
-      y[i] = z / (1.0f + vector_exp(-z));
+      y[i] = z * fast_sigmoid(z);
     }
   }
 
@@ -172,7 +151,7 @@ class GroupNormStep {
       } else {
         for (int64_t c = 0; c < width; ++c) {
           const float z = row[c] * a[c] + b[c];
-          out[c] = z / (1.0f + vector_exp(-z));
+          out[c] = z * fast_sigmoid(z);
         }
       }
     }
