@@ -118,36 +118,8 @@ class RegionCompiler {
     group.head = head;
     covered_[head] = true;
     const Node& node = region_.node(head);
-    if (std::optional<GroupNorm> gn = match_group_norm(region_, consumers_, head);
-        gn && std::none_of(gn->nodes.begin() + 1, gn->nodes.end(),
-                           [&](NodeId n) { return covered_[n]; })) {
-      // An exported GroupNorm its first Reshape heads is one group (one step, group_norm.h).
-      const std::vector<NodeId> rest(gn->nodes.begin() + 1, gn->nodes.end());
-      for (NodeId n : rest) covered_[n] = true;
-      group.steps.push_back(rest);
-      return group;
-    }
-    if (node.op_type == "Reshape") {
-      // A channel shuffle is one group (one primitive); a lone Reshape is a view.
-      if (std::optional<std::vector<NodeId>> rest = channel_shuffle(region_, consumers_, head);
-          rest && std::none_of(rest->begin(), rest->end(), [&](NodeId n) { return covered_[n]; })) {
-        for (NodeId n : *rest) covered_[n] = true;
-        group.steps.push_back(*rest);
-      }
-      return group;
-    }
-    // A squeeze-excitation block its mean heads is one group (one step, squeeze_excite.h).
-    if (std::optional<SqueezeExcite> se = match_squeeze_excite(region_, consumers_, head);
-        se && std::none_of(se->nodes.begin() + 1, se->nodes.end(),
-                           [&](NodeId n) { return covered_[n]; })) {
-      const std::vector<NodeId> rest(se->nodes.begin() + 1, se->nodes.end());
-      for (NodeId n : rest) covered_[n] = true;
-      group.steps.push_back(rest);
-      return group;
-    }
-    // A normalization's nodes that nothing took yet (the head aside) are one group: the
-    // exported LayerNorm decomposition its first ReduceMean heads (one primitive), the
-    // exported RMSNorm its Pow heads (one step of collage's code).
+    // The nodes of a unit `head` belongs to, when no other group took one yet: the group's one
+    // step besides the head.
     auto take_whole = [&](const std::optional<std::vector<NodeId>>& unit) {
       if (!unit || std::any_of(unit->begin(), unit->end(),
                                [&](NodeId n) { return n != head && covered_[n]; }))
@@ -159,6 +131,26 @@ class RegionCompiler {
       group.steps.push_back(rest);
       return true;
     };
+    // An exported GroupNorm its first Reshape heads is one group (one step, group_norm.h).
+    if (std::optional<GroupNorm> gn = match_group_norm(region_, consumers_, head);
+        gn && take_whole(gn->nodes))
+      return group;
+    if (node.op_type == "Reshape") {
+      // A channel shuffle is one group (one primitive); a lone Reshape is a view.
+      if (std::optional<std::vector<NodeId>> rest = channel_shuffle(region_, consumers_, head);
+          rest && std::none_of(rest->begin(), rest->end(), [&](NodeId n) { return covered_[n]; })) {
+        for (NodeId n : *rest) covered_[n] = true;
+        group.steps.push_back(*rest);
+      }
+      return group;
+    }
+    // A squeeze-excitation block its mean heads is one group (one step, squeeze_excite.h).
+    if (std::optional<SqueezeExcite> se = match_squeeze_excite(region_, consumers_, head);
+        se && take_whole(se->nodes))
+      return group;
+    // A normalization's nodes that nothing took yet (the head aside) are one group: the
+    // exported LayerNorm decomposition its first ReduceMean heads (one primitive), the
+    // exported RMSNorm its Pow heads (one step of collage's code).
     if (node.op_type == "ReduceMean" && take_whole(layer_norm_nodes(region_, consumers_, head)))
       return group;
     if (node.op_type == "Pow" && take_whole(rms_norm_nodes(region_, consumers_, head)))
