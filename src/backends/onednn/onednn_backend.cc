@@ -239,7 +239,8 @@ class OnednnBackend : public Backend {
     group_norm.name = "group_norm";
     group_norm.description =
         "Reshape [N, G, -1], InstanceNormalization, Reshape back, Mul and Add by per-channel "
-        "constants (GroupNorm as PyTorch exports it): one step of collage's code";
+        "constants (GroupNorm as PyTorch exports it) and a SiLU after it: one step of "
+        "collage's code";
     group_norm.generate = grow_group_norm;
     return {rule, dw, attention, se, masked, group_norm};
   }
