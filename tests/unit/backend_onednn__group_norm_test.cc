@@ -149,6 +149,26 @@ TEST(OnednnGroupNorm, InRegionsBetweenConvolutionsLikeReference) {
   }
 }
 
+TEST(OnednnGroupNorm, FewGroupsSplitTheirPlanesAcrossTheTeam) {
+  // GroupNorm(1) (PoolFormer's LayerNorm over C, H, W) and GroupNorm(2) over 65536 floats:
+  // fewer planes than threads, so the team splits each plane's sums and writing; row-major
+  // alone, and channels-last after a conv in a region (where the team splits the pixels).
+  use_threads_on_this_thread(2);
+  for (int64_t groups : {1, 2}) {
+    for (bool after_conv : {false, true}) {
+      GraphBuilder b;
+      ValueId x = b.input("x", DType::kFloat32, {1, 16, 64, 64});
+      if (after_conv) x = testing::conv3x3(b, x, 16, "conv");
+      ValueId y = group_norm(b, x, groups, Affine{}, "gn");
+      b.output(b.add1("Mul", {y, b.add1("Sigmoid", {y})}));
+      const std::string what = fmt::format("groups {} after a conv {}", groups, after_conv);
+      std::unique_ptr<Kernel> kernel = onednn::compile_region(b.graph());
+      EXPECT_EQ(steps_of(*kernel).count(std::string(onednn::kGroupNormStep)), 1) << what;
+      testing::expect_like_reference(onednn_graph(), b.graph(), what);
+    }
+  }
+}
+
 TEST(OnednnGroupNorm, TakesNoMoreThanReadsItAlone) {
   // An interior value read outside (the InstanceNormalization's output) leaves no GroupNorm;
   // a Mul by a per-pixel constant, or one whose output is read twice, stays out of it.

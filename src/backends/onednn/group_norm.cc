@@ -40,28 +40,22 @@ class GroupNormStep {
 
   dnnl_status_t run(const float* x, float* y) const {
     const int64_t planes = split_.images * split_.groups;
+    const int64_t plane = split_.per_group * split_.inner;
     // On the calling thread alone inside a team (a lane of a concurrent stage) and for small
     // tensors, where a fork/join of the OpenMP team (2-4 us here) costs more than the work.
-    const int64_t floats = planes * split_.per_group * split_.inner;
-    const int team = omp_in_parallel() || floats < kParallelFloats
-                         ? 1
-                         : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), planes));
-    const int64_t plane = split_.per_group * split_.inner;
-    if (layout_ == Layout::kPlanar) {
-#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
-      for (int64_t p = 0; p < planes; ++p) planar(p, x + p * plane, y + p * plane);
+    const int team =
+        omp_in_parallel() || planes * plane < kParallelFloats ? 1 : omp_get_max_threads();
+    if (layout_ == Layout::kChannelsLast) {
+      for (int64_t n = 0; n < split_.images; ++n)
+        channels_last(team, x + n * split_.groups * plane, y + n * split_.groups * plane);
       return dnnl_success;
     }
-    // Channels-last: each thread takes whole groups (a contiguous run of channels in every
-    // pixel) of every image.
-    const int64_t image = split_.groups * plane;
-#pragma omp parallel num_threads(team) if (team > 1)
-    {
-      const int threads = omp_get_num_threads(), t = omp_get_thread_num();
-      for (int64_t n = 0; n < split_.images; ++n) {
-        const int64_t g0 = split_.groups * t / threads, g1 = split_.groups * (t + 1) / threads;
-        if (g0 < g1) channels_last(g0, g1, x + n * image, y + n * image);
-      }
+    // Row-major: a plane per thread where there are enough, else each plane's range split.
+    if (planes >= team) {
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
+      for (int64_t p = 0; p < planes; ++p) planar(p, 1, x + p * plane, y + p * plane);
+    } else {
+      for (int64_t p = 0; p < planes; ++p) planar(p, team, x + p * plane, y + p * plane);
     }
     return dnnl_success;
   }
@@ -83,6 +77,19 @@ class GroupNormStep {
     return sum;
   }
 
+  // The same over n floats split into `team` ranges summed by that many threads.
+  template <typename F>
+  static double team_sum(int team, const float* x, int64_t n, F f) {
+    if (team <= 1) return lane_sum(x, n, f);
+    double sum = 0;
+#pragma omp parallel for num_threads(team) reduction(+ : sum) schedule(static)
+    for (int t = 0; t < team; ++t) {
+      const int64_t begin = n * t / team, end = n * (t + 1) / team;
+      sum += lane_sum(x + begin, end - begin, f);
+    }
+    return sum;
+  }
+
   // y[i] = x[i] * a + b [then SiLU] over n floats.
   void affine(const float* x, float* y, int64_t n, float a, float b) const {
     if (!silu_) {
@@ -101,55 +108,64 @@ class GroupNormStep {
             static_cast<float>(shift_[c] - mean * inv_std * scale_[c])};
   }
 
-  void planar(int64_t p, const float* x, float* y) const {
+  // Plane p (row-major), its sums and its writing split over `team` threads.
+  void planar(int64_t p, int team, const float* x, float* y) const {
     const int64_t n = split_.per_group * split_.inner;
-    const double mean = lane_sum(x, n, [](double v) { return v; }) / static_cast<double>(n);
-    const double var = lane_sum(x, n, [mean](double v) { return (v - mean) * (v - mean); }) /
+    const double mean = team_sum(team, x, n, [](double v) { return v; }) / static_cast<double>(n);
+    const double var = team_sum(team, x, n, [mean](double v) { return (v - mean) * (v - mean); }) /
                        static_cast<double>(n);
     const double inv_std = 1.0 / std::sqrt(var + static_cast<double>(epsilon_));
     const int64_t first = (p % split_.groups) * split_.per_group;  // the plane's first channel
-    for (int64_t k = 0; k < split_.per_group; ++k) {
-      const auto [a, b] = coefficients(first + k, mean, inv_std);
-      affine(x + k * split_.inner, y + k * split_.inner, split_.inner, a, b);
+    // Each thread writes a range of the plane, channel by channel within it.
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
+    for (int t = 0; t < team; ++t) {
+      const int64_t begin = n * t / team, end = n * (t + 1) / team;
+      for (int64_t i = begin; i < end;) {
+        const int64_t k = i / split_.inner, stop = std::min(end, (k + 1) * split_.inner);
+        const auto [a, b] = coefficients(first + k, mean, inv_std);
+        affine(x + i, y + i, stop - i, a, b);
+        i = stop;
+      }
     }
   }
 
-  // Groups [g0, g1) of one image, channels-last: per-channel sums over the pixels (vectorized
-  // along the channels), reduced per group; the same for the squared deviations; then each
-  // pixel's channels written.
-  void channels_last(int64_t g0, int64_t g1, const float* x, float* y) const {
-    const int64_t channels = split_.groups * split_.per_group;
-    const int64_t c0 = g0 * split_.per_group, width = (g1 - g0) * split_.per_group;
-    const double count = static_cast<double>(split_.per_group * split_.inner);
-    std::vector<double> sums(static_cast<size_t>(width));
-    std::vector<double> mean(static_cast<size_t>(width)), inv_std(static_cast<size_t>(width));
+  // One image, channels-last: per-channel sums over the pixels (vectorized along the
+  // channels; the team splits the pixels and adds its partial sums), reduced per group; the
+  // same for the squared deviations; then each pixel's channels written.
+  void channels_last(int team, const float* x, float* y) const {
+    const int64_t channels = split_.groups * split_.per_group, pixels = split_.inner;
+    const double count = static_cast<double>(split_.per_group * pixels);
+    std::vector<double> mean(static_cast<size_t>(channels)), var(static_cast<size_t>(channels));
     auto per_group = [&](auto deviation, std::vector<double>& out) {
-      std::fill(sums.begin(), sums.end(), 0.0);
-      for (int64_t p = 0; p < split_.inner; ++p) {
-        const float* row = x + p * channels + c0;
-        for (int64_t c = 0; c < width; ++c) sums[c] += deviation(c, static_cast<double>(row[c]));
+      std::vector<double> sums(static_cast<size_t>(channels), 0.0);
+      double* s = sums.data();
+#pragma omp parallel for num_threads(team) reduction(+ : s[:channels]) schedule(static) if (team > 1)
+      for (int64_t p = 0; p < pixels; ++p) {
+        const float* row = x + p * channels;
+        for (int64_t c = 0; c < channels; ++c) s[c] += deviation(c, static_cast<double>(row[c]));
       }
-      for (int64_t g = 0; g < g1 - g0; ++g) {
+      for (int64_t g = 0; g < split_.groups; ++g) {
         double total = 0;
-        for (int64_t k = 0; k < split_.per_group; ++k) total += sums[g * split_.per_group + k];
+        for (int64_t k = 0; k < split_.per_group; ++k) total += s[g * split_.per_group + k];
         for (int64_t k = 0; k < split_.per_group; ++k)
           out[g * split_.per_group + k] = total / count;
       }
     };
     per_group([](int64_t, double v) { return v; }, mean);
-    per_group([&](int64_t c, double v) { return (v - mean[c]) * (v - mean[c]); }, inv_std);
-    std::vector<float> a(static_cast<size_t>(width)), b(static_cast<size_t>(width));
-    for (int64_t c = 0; c < width; ++c) {
-      const double inv = 1.0 / std::sqrt(inv_std[c] + static_cast<double>(epsilon_));
-      std::tie(a[c], b[c]) = coefficients(c0 + c, mean[c], inv);
+    per_group([&](int64_t c, double v) { return (v - mean[c]) * (v - mean[c]); }, var);
+    std::vector<float> a(static_cast<size_t>(channels)), b(static_cast<size_t>(channels));
+    for (int64_t c = 0; c < channels; ++c) {
+      const double inv = 1.0 / std::sqrt(var[c] + static_cast<double>(epsilon_));
+      std::tie(a[c], b[c]) = coefficients(c, mean[c], inv);
     }
-    for (int64_t p = 0; p < split_.inner; ++p) {
-      const float* row = x + p * channels + c0;
-      float* out = y + p * channels + c0;
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
+    for (int64_t p = 0; p < pixels; ++p) {
+      const float* row = x + p * channels;
+      float* out = y + p * channels;
       if (!silu_) {
-        for (int64_t c = 0; c < width; ++c) out[c] = row[c] * a[c] + b[c];
+        for (int64_t c = 0; c < channels; ++c) out[c] = row[c] * a[c] + b[c];
       } else {
-        for (int64_t c = 0; c < width; ++c) {
+        for (int64_t c = 0; c < channels; ++c) {
           const float z = row[c] * a[c] + b[c];
           out[c] = z * fast_sigmoid(z);
         }

@@ -11,7 +11,9 @@
 // reference backend, [1, 32, 256] 0.074 against 0.009. So the tuned plan ran all 10 of the
 // model's GroupNorms on reference (21 reference nodes, a quarter of its predicted time) and
 // its onednn-graph regions were cut at each: 0.94-0.98x ONNX Runtime.
-// The step reads and writes channels-last where x's producer wrote that (brgconv's and
+// Its threads split the pixels (channels-last) or the planes (row-major; each plane's range
+// where there are fewer planes than threads: GroupNorm(1), PoolFormer's LayerNorm over C, H,
+// W). The step reads and writes channels-last where x's producer wrote that (brgconv's and
 // collage's Winograd's layout in a region), row-major otherwise, and takes the SiLU that
 // follows a diffusion model's every GroupNorm: in a VAE-decoder-style model (GroupNorm(32)
 // and SiLU at up to 256x256 with 128 channels) the reorders to and from row-major around the
