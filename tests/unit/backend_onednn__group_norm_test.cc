@@ -123,8 +123,9 @@ TEST(OnednnGroupNorm, InRegionsBetweenConvolutionsLikeReference) {
   // around it use where they use one (brgconv): then the only reorders are the block's input
   // to the first conv and to the residual sum, and the sum's output to row-major.
   for (int threads : {1, 2}) {
+    const int64_t images = threads;  // two images with two threads: the step walks each
     GraphBuilder b;
-    ValueId x = b.input("x", DType::kFloat32, {1, 32, 12, 12});
+    ValueId x = b.input("x", DType::kFloat32, {images, 32, 12, 12});
     ValueId h = x;
     for (int layer = 0; layer < 2; ++layer) {
       const std::string name = fmt::format("l{}", layer);
@@ -133,7 +134,7 @@ TEST(OnednnGroupNorm, InRegionsBetweenConvolutionsLikeReference) {
       h = testing::conv3x3(b, h, 32, name + "_conv");
     }
     b.output(b.add1("Add", {x, h}));
-    const std::string what = fmt::format("threads {}", threads);
+    const std::string what = fmt::format("threads {} images {}", threads, images);
     use_threads_on_this_thread(threads);
     std::unique_ptr<Kernel> kernel = onednn::compile_region(b.graph());
     const testing::ProgramSteps steps = steps_of(*kernel);
