@@ -32,24 +32,13 @@ int kernel_input(const Graph& sub, ValueId v, const char* what) {
 
 // A per-channel parameter: packed now when constant, else bound to its kernel input (or
 // read from `values`, for an emitter).
-// `repeats` > 1 (a constant only): its values once per image, for N images normalized as one
-// image of N x C channels.
 dnnl::memory channel_param(const Graph& sub, ValueId v, int64_t channels, Program& program,
-                           ValueMemories* values = nullptr, int64_t repeats = 1) {
+                           ValueMemories* values = nullptr) {
   require_f32(sub, v, "normalization parameter");
   if (sub.value(v).constant.defined() ? sub.value(v).constant.numel() != channels
                                       : shape_numel(sub.value(v).shape) != channels)
     fail(ErrorKind::kUnsupported, "onednn: parameter of {} values for {} channels",
          shape_numel(sub.value(v).shape), channels);
-  if (repeats > 1) {
-    if (!sub.value(v).is_constant())
-      fail(ErrorKind::kUnsupported, "onednn: a repeated parameter that is not a constant");
-    const std::span<const float> once = sub.value(v).constant.span<float>();
-    std::vector<float> tiled;
-    for (int64_t i = 0; i < repeats; ++i) tiled.insert(tiled.end(), once.begin(), once.end());
-    const dnnl::memory::desc md({channels * repeats}, dt::f32, tag::a);
-    return program.constant(Tensor::from_vector<float>({channels * repeats}, tiled), md, md);
-  }
   const dnnl::memory::desc md({channels}, dt::f32, tag::a);
   if (sub.value(v).is_constant()) return program.constant(sub.value(v).constant, md, md);
   if (values) return values->view(v, md);
@@ -185,11 +174,11 @@ bool lrn_takes(const Graph& g, const Node& n) {
 }
 
 void emit_instance_norm(const Graph& sub, ValueMemories& values) {
-  // Batch normalization computing its own statistics per channel over batch and space: with
-  // one image those are each (n, c) plane's own, as InstanceNormalization defines them
-  // (population variance, like oneDNN's). N images are one image of N x C channels (the same
-  // row-major bytes), their scale and shift repeated per image: GroupNorm as torch exports
-  // it (Reshape [N, groups, -1], InstanceNormalization) in a batch.
+  // oneDNN's batch normalization computing its own statistics per channel over batch and
+  // space: with one image those are each (n, c) plane's own, as InstanceNormalization defines
+  // them (population variance, like oneDNN's). It runs jit on blocked and channels-last data
+  // only; elsewhere, and for N images (whose planes a batch normalization would pool), the
+  // group norm step (group_norm.h).
   const Node& node = sub.node(0);
   if (sub.num_nodes() != 1)
     fail(ErrorKind::kUnsupported, "onednn: InstanceNormalization fuses nothing");
@@ -200,12 +189,9 @@ void emit_instance_norm(const Graph& sub, ValueMemories& values) {
          "onednn: InstanceNormalization of {} (rank 3-5, constant scale and bias)",
          shape_to_string(xs));
   if (!values.has(x)) fail(ErrorKind::kUnsupported, "onednn: InstanceNormalization input");
+  if (xs[0] != 1) return emit_instance_norm_step(sub, node, values);
   Program& program = values.program();
-  const int64_t images = xs[0];
-  Shape planes = xs;  // [1, N x C, spatial...]
-  planes[0] = 1;
-  planes[1] = images * xs[1];
-  const dnnl::memory x_mem = images == 1 ? values.as_is(x, xs) : values.view(x, plain_md(planes));
+  const dnnl::memory x_mem = values.as_is(x, xs);
   auto pd = create_pd("instance normalization", [&] {
     return dnnl::batch_normalization_forward::primitive_desc(
         dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference,
@@ -215,15 +201,11 @@ void emit_instance_norm(const Graph& sub, ValueMemories& values) {
   });
   // Its plain-layout form is C++ loops, 9x slower than the reference backend (group_norm.h).
   if (!batch_norm_runs_jit(pd.impl_info_str())) return emit_instance_norm_step(sub, node, values);
-  const dnnl::memory scale = channel_param(sub, node.input(1), xs[1], program, &values, images);
-  const dnnl::memory shift = channel_param(sub, node.input(2), xs[1], program, &values, images);
-  // N images: a buffer of y's row-major bytes, seen as the planes by the primitive.
-  const dnnl::memory y_mem = images == 1 ? values.destination(y, x_mem.get_desc())
-                                         : values.fresh_destination(y, plain_md(xs));
-  const dnnl::memory y_planes =
-      images == 1 ? y_mem : dnnl::memory(plain_md(planes), cpu_engine(), y_mem.get_data_handle());
+  const dnnl::memory scale = channel_param(sub, node.input(1), xs[1], program, &values);
+  const dnnl::memory shift = channel_param(sub, node.input(2), xs[1], program, &values);
+  const dnnl::memory y_mem = values.destination(y, x_mem.get_desc());
   std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_SRC, x_mem},
-                                                    {DNNL_ARG_DST, y_planes},
+                                                    {DNNL_ARG_DST, y_mem},
                                                     {DNNL_ARG_SCALE, scale},
                                                     {DNNL_ARG_SHIFT, shift}};
   // The statistics it computes, where it writes them out: buffers the program owns.
