@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <numeric>
 #include <tuple>
 
 #include "backends/onednn/kernels.h"
 #include "collage/error.h"
+#include "ops/nn_util.h"
 #include "util/fast_math.h"
 
 namespace collage::onednn {
@@ -180,11 +180,6 @@ class GroupNormStep {
   bool silu_;
 };
 
-int64_t product(const Shape& s, size_t begin) {
-  return std::accumulate(s.begin() + static_cast<std::ptrdiff_t>(begin), s.end(), int64_t{1},
-                         std::multiplies<>());
-}
-
 // The per-channel values of constant `v` broadcast against x of shape `xs` ([N, C, ...]):
 // one value, or C along axis 1 (right-aligned, every other axis 1); nullopt otherwise.
 std::optional<std::vector<float>> per_channel(const Graph& g, ValueId v, const Shape& xs) {
@@ -214,7 +209,7 @@ std::optional<std::vector<float>> affine_operand(const Graph& g, const Node& n, 
 
 // A group norm's planes over x [N, C, ...]: `groups` groups of C / groups channels.
 PlaneSplit split_of(const Shape& xs, int64_t groups) {
-  return {xs[0], groups, xs[1] / groups, product(xs, 2)};
+  return {xs[0], groups, xs[1] / groups, ops::nn::dims_product(xs, 2, xs.size())};
 }
 
 void add_step(const Graph& sub, ValueId x, ValueId out, const PlaneSplit& split, float epsilon,
@@ -259,7 +254,7 @@ std::optional<GroupNorm> match_group_norm(const Graph& g, const Consumers& consu
   const Shape& xs = xv.shape;
   const int64_t groups = planes.shape[1];
   if (planes.shape[0] != xs[0] || groups <= 0 || xs[1] % groups != 0 ||
-      planes.shape[2] != xs[1] / groups * product(xs, 2))
+      planes.shape[2] != xs[1] / groups * ops::nn::dims_product(xs, 2, xs.size()))
     return std::nullopt;
   const NodeId norm = sole_reader(g, consumers, r1.outputs[0]);
   if (norm < 0 || !instance_norm_takes(g, g.node(norm)) || g.node(norm).input(0) != r1.outputs[0])
@@ -326,16 +321,27 @@ std::vector<Match> grow_group_norm(const Graph& g) {
   return out;
 }
 
+namespace {
+
+// The GroupNorm that all of `sub` is, or nullopt.
+std::optional<GroupNorm> whole_group_norm(const Graph& sub) {
+  if (sub.num_nodes() < 3) return std::nullopt;
+  std::optional<GroupNorm> gn = match_group_norm(sub, sub.consumers(), 0);
+  if (!gn || gn->nodes.size() != sub.num_nodes() || sub.outputs != std::vector<ValueId>{gn->out})
+    return std::nullopt;
+  return gn;
+}
+
+}  // namespace
+
 bool group_norm_group(const Graph& sub) {
-  if (sub.num_nodes() < 3) return false;
-  const std::optional<GroupNorm> gn = match_group_norm(sub, sub.consumers(), 0);
-  return gn && gn->nodes.size() == sub.num_nodes() && sub.outputs == std::vector<ValueId>{gn->out};
+  return whole_group_norm(sub).has_value();
 }
 
 void emit_group_norm(const Graph& sub, ValueMemories& values) {
-  if (!group_norm_group(sub))
-    fail(ErrorKind::kUnsupported, "onednn: not a GroupNorm decomposition it knows");
-  GroupNorm gn = *match_group_norm(sub, sub.consumers(), 0);
+  std::optional<GroupNorm> whole = whole_group_norm(sub);
+  if (!whole) fail(ErrorKind::kUnsupported, "onednn: not a GroupNorm decomposition it knows");
+  GroupNorm& gn = *whole;
   add_step(sub, gn.x, gn.out, split_of(sub.value(gn.x).shape, gn.groups), gn.epsilon,
            std::move(gn.scale), std::move(gn.shift), gn.silu, values);
 }
