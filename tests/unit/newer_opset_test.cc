@@ -47,6 +47,14 @@ void expect_same(const Graph& newer, const Graph& older, int seed) {
             "");
 }
 
+// How many kernels the onednn backend (strict) runs `g` as, loaded from its bytes.
+size_t onednn_steps(const Graph& g) {
+  SessionOptions onednn;
+  onednn.backend = "onednn";
+  onednn.strict = true;
+  return Session(load_model_from_bytes(model_to_bytes(g), ""), onednn).num_steps();
+}
+
 TEST(NewerOpsets, ReductionsTakeTheirAxesAsAnInput) {
   std::mt19937 rng(3);
   int seed = 0;
@@ -151,10 +159,7 @@ TEST(NewerOpsets, GeluAndMishAreTheirFunctionBodies) {
     }
     const Graph n = newer.finish();
     expect_same(n, older.finish(), 21);
-    SessionOptions onednn;
-    onednn.backend = "onednn";
-    onednn.strict = true;
-    EXPECT_EQ(Session(load_model_from_bytes(model_to_bytes(n), ""), onednn).num_steps(), 1u);
+    EXPECT_EQ(onednn_steps(n), 1u);
   }
   GraphBuilder newer(18), older(13);
   for (GraphBuilder* b : {&newer, &older}) {
@@ -202,10 +207,7 @@ TEST(NewerOpsets, GroupNormalizationIsPyTorchsGroupNormDecomposition) {
     const Graph n = newer.finish();
     expect_same(n, older.finish(), 23);
     // One kernel on onednn: the lowered form is the group norm step's pattern.
-    SessionOptions onednn;
-    onednn.backend = "onednn";
-    onednn.strict = true;
-    EXPECT_EQ(Session(load_model_from_bytes(model_to_bytes(n), ""), onednn).num_steps(), 1u);
+    EXPECT_EQ(onednn_steps(n), 1u);
   }
 }
 
