@@ -34,6 +34,7 @@
 #include <cmath>
 
 #include "ir/model_passes.h"
+#include "ops/nn_util.h"
 
 namespace collage {
 namespace {
@@ -335,7 +336,7 @@ bool lower_group_norm(Graph& graph, const Node& node) {
         graph, node.name, count, "Reshape",
         {v, append_int64_constant(graph, node.name, count, "shape", shape)}, {}, to));
   };
-  const bool per_channel = graph.opset >= 21;
+  const bool per_channel = ops::nn::group_norm_params_per_channel(graph.opset);
   ValueId scale = node.input(1), bias = node.input(2);
   if (per_channel) {
     scale = graph.add_constant(fmt::format("{}/ones_{}", node.name, count++),

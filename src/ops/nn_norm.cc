@@ -125,11 +125,6 @@ RefKernel instance_norm_kernel(int64_t batch, int64_t channels, int64_t plane, f
 // ---- GroupNormalization (opset 18): per (n, group) of C / num_groups channels, normalize with
 // the group's own statistics; scale and bias per group to opset 20, per channel from 21.
 
-// Whether the node's scale and bias are per channel (opset 21's definition) or per group.
-bool group_norm_params_per_channel(int64_t opset) {
-  return opset >= 21;
-}
-
 void infer_group_norm(InferContext& ctx) {
   require_inputs(ctx, 3, "X, scale, bias");
   DType t = require_float_input(ctx, 0);
@@ -368,6 +363,10 @@ RefKernel make_lrn(const Graph& g, const Node& node) {
 }
 
 }  // namespace
+
+bool group_norm_params_per_channel(int64_t opset) {
+  return opset >= 21;
+}
 
 void register_norm_ops(OpRegistry& registry) {
   registry.add({"BatchNormalization", "", OpKind::kOpaque, infer_batch_norm, make_batch_norm});

@@ -93,4 +93,8 @@ std::vector<int64_t> pool_kernel_shape(const Node& node, size_t spatial_rank);
 // Product of shape[begin, end).
 int64_t dims_product(const Shape& shape, size_t begin, size_t end);
 
+// Whether a GroupNormalization of this opset has its scale and bias per channel (opset 21's
+// definition) or per group (18-20).  nn_norm.cc
+bool group_norm_params_per_channel(int64_t opset);
+
 }  // namespace collage::ops::nn
