@@ -22,6 +22,16 @@ void require_channel_vector(const InferContext& ctx, size_t i, int64_t channels)
              channels);
 }
 
+// Inputs x, scale and bias present, x of a float type and the other two of the same: that
+// type (InstanceNormalization, GroupNormalization).
+DType require_scaled_input(const InferContext& ctx, const char* names) {
+  require_inputs(ctx, 3, names);
+  const DType t = require_float_input(ctx, 0);
+  require_float_input(ctx, 1, 0);
+  require_float_input(ctx, 2, 0);
+  return t;
+}
+
 // ---- BatchNormalization: y = scale * (x - mean) / sqrt(var + epsilon) + bias, per channel.
 
 void infer_batch_norm(InferContext& ctx) {
@@ -79,10 +89,7 @@ RefKernel make_batch_norm(const Graph& g, const Node& node) {
 // ---- InstanceNormalization: per (n, c) plane, normalize with the plane's own statistics.
 
 void infer_instance_norm(InferContext& ctx) {
-  require_inputs(ctx, 3, "input, scale, B");
-  DType t = require_float_input(ctx, 0);
-  require_float_input(ctx, 1, 0);
-  require_float_input(ctx, 2, 0);
+  const DType t = require_scaled_input(ctx, "input, scale, B");
   const Shape& x = ctx.input_shape(0);
   if (x.size() < 3)
     ctx.fail("input must have rank >= 3 (N, C, spatial...), got {}", shape_to_string(x));
@@ -126,10 +133,7 @@ RefKernel instance_norm_kernel(int64_t batch, int64_t channels, int64_t plane, f
 // the group's own statistics; scale and bias per group to opset 20, per channel from 21.
 
 void infer_group_norm(InferContext& ctx) {
-  require_inputs(ctx, 3, "X, scale, bias");
-  DType t = require_float_input(ctx, 0);
-  require_float_input(ctx, 1, 0);
-  require_float_input(ctx, 2, 0);
+  const DType t = require_scaled_input(ctx, "X, scale, bias");
   const Shape& x = ctx.input_shape(0);
   if (x.size() < 2) ctx.fail("input must have rank >= 2 (N, C, ...), got {}", shape_to_string(x));
   const int64_t groups = ctx.node().attr_int("num_groups", 0);
