@@ -110,25 +110,6 @@ std::pair<double, double> moments(const T* x, int64_t n, double epsilon) {
   return {mean, 1.0 / std::sqrt(var + epsilon)};
 }
 
-template <typename T>
-RefKernel instance_norm_kernel(int64_t batch, int64_t channels, int64_t plane, float epsilon) {
-  return [=](std::span<const Tensor> in, std::span<const Tensor> out) {
-    const T* x = in[0].data<T>();
-    const T* scale = in[1].data<T>();
-    const T* bias = in[2].data<T>();
-    T* y = out[0].data<T>();
-#pragma omp parallel for schedule(static)
-    for (int64_t nc = 0; nc < batch * channels; ++nc) {
-      const int64_t c = nc % channels;
-      const T* xp = x + nc * plane;
-      T* yp = y + nc * plane;
-      auto [mean, inv_std] = moments(xp, plane, epsilon);
-      const double a = scale[c] * inv_std;
-      for (int64_t i = 0; i < plane; ++i) yp[i] = static_cast<T>((xp[i] - mean) * a + bias[c]);
-    }
-  };
-}
-
 // ---- GroupNormalization (opset 18): per (n, group) of C / num_groups channels, normalize with
 // the group's own statistics; scale and bias per group to opset 20, per channel from 21.
 
@@ -191,7 +172,9 @@ RefKernel make_instance_norm(const Graph& g, const Node& node) {
   const float epsilon = node.attr_float("epsilon", 1e-5f);
   const int64_t plane = dims_product(xv.shape, 2, xv.shape.size());
   return dispatch_float(xv.dtype, [&](auto tag) {
-    return instance_norm_kernel<decltype(tag)>(xv.shape[0], xv.shape[1], plane, epsilon);
+    // Each channel a group of its own, its scale and bias per channel.
+    return group_norm_kernel<decltype(tag)>(xv.shape[0], xv.shape[1], xv.shape[1], plane,
+                                            /*per_channel=*/true, epsilon);
   });
 }
 
