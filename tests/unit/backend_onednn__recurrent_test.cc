@@ -10,18 +10,23 @@
 
 #include <fmt/format.h>
 
+#include <omp.h>
+
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend_test_util.h"
+#include "backends/onednn/packed_recurrence.h"
 #include "backends/onednn/recurrent_kernel.h"
 #include "collage/backend.h"
 #include "collage/session.h"
 #include "graph_builder.h"
 #include "onednn_test_util.h"
 #include "recurrent_test_util.h"
+#include "runtime/threads.h"
 
 namespace collage {
 namespace {
@@ -76,6 +81,75 @@ TEST(OnednnRecurrent, RandomCellsLikeReferenceOnEveryThreadBuild) {
             testing::expect_session_like_reference(backend, g, 2, inputs, want, c.text()).empty())
             << backend << ", " << threads;
     }
+  }
+}
+
+// `kernel` run on `inputs` by the first thread of an OpenMP team of two, as a lane runs its
+// steps (a team of one would be an inactive region, where the step starts its own team).
+std::vector<Tensor> run_in_a_lane(Kernel& kernel, const Graph& g,
+                                  const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> got;
+  for (ValueId v : g.outputs) got.emplace_back(DType::kFloat32, g.value(v).shape);
+  std::string error;
+#pragma omp parallel num_threads(2)
+  if (omp_get_thread_num() == 0) {
+    try {
+      kernel.run(inputs, got);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  EXPECT_EQ(error, "");
+  return got;
+}
+
+// One sequence with constant weights is the packed step (packed_recurrence.h): the matmuls
+// with packed weights around collage's cell, a direction's hidden units cut in slices of 64
+// or more by the threads (up to 300 units: 1 to 3 slices on 1 to 3 threads, uneven ones
+// too), run on its team and, in a lane, one slice after another.
+TEST(OnednnRecurrent, OneSequenceWithConstantWeightsIsPackedMatmulsLikeReference) {
+  std::mt19937 rng(11);
+  std::vector<RecurrentCase> cases = testing::random_recurrent_cases(
+      testing::random_graph_count(18), 23, /*batch=*/1, /*rnn_functions=*/false);
+  for (RecurrentCase& c : cases) c.hidden = 1 + static_cast<int64_t>(rng() % 300);
+  // And every cell in slices for sure: one direction of 150 units (2 slices on 2 and 3
+  // threads) and a reverse one of 200 (3 uneven slices on 3 threads).
+  const std::pair<const char*, int64_t> cells[] = {{"RNN", 0}, {"GRU", 0}, {"GRU", 1}, {"LSTM", 0}};
+  for (const auto& [cell, linear_before_reset] : cells) {
+    RecurrentCase c;
+    c.cell = cell;
+    c.batch = 1;
+    c.hidden = 150;
+    c.initial_states = c.peephole = c.cell == "LSTM";
+    c.linear_before_reset = linear_before_reset;
+    cases.push_back(c);
+    c.direction = "reverse";
+    c.hidden = 200;
+    cases.push_back(c);
+  }
+  for (RecurrentCase c : cases) {
+    c.computed_weights = false;
+    SCOPED_TRACE(c.text());
+    const Graph g = recurrent_graph(c);
+    ASSERT_TRUE(onednn::packed_recurrence_takes(g, g.node(1)));
+    const std::vector<Tensor> inputs = random_inputs(g, static_cast<uint64_t>(c.hidden));
+    const std::vector<Tensor> want = Session(g, SessionOptions{}).run(inputs);
+    for (int threads : {1, 2, 3}) {
+      use_threads_on_this_thread(threads);  // a kernel's threads, as the executor sets them
+      std::unique_ptr<Kernel> kernel =
+          testing::onednn_graph().compile(g, testing::test_options(threads));
+      const testing::ProgramSteps steps = testing::steps_of(*kernel);
+      EXPECT_EQ(steps.count(std::string(onednn::kPackedRecurrenceStep)), 1) << threads;
+      std::vector<Tensor> got;
+      for (ValueId v : g.outputs) got.emplace_back(DType::kFloat32, g.value(v).shape);
+      kernel->run(inputs, got);
+      EXPECT_TRUE(testing::outputs_match(got, want)) << threads << " threads";
+      EXPECT_TRUE(testing::outputs_match(run_in_a_lane(*kernel, g, inputs), want))
+          << threads << " threads, in a lane";
+    }
+    use_threads_on_this_thread(2);
+    EXPECT_TRUE(
+        testing::expect_session_like_reference("onednn", g, 2, inputs, want, c.text()).empty());
   }
 }
 

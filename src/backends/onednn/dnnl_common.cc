@@ -62,8 +62,10 @@ std::string backend_version() {
   // 33: the exported GroupNorm is one step, and InstanceNormalization a step where oneDNN's
   // batch normalization would run its non-jit kernel (group_norm.h). 34: grouped 1-D convs
   // run as 2-D ones of height 1 (conv1d_as_2d.h). 35: the GroupNorm step reads and writes
-  // channels-last where its producer wrote that, and takes a SiLU after it (group_norm.h).
-  constexpr int kKernelRevision = 35;
+  // channels-last where its producer wrote that, and takes a SiLU after it (group_norm.h). 36:
+  // one sequence's recurrence with constant weights is oneDNN matmuls with packed weights
+  // around collage's cell (packed_recurrence.h).
+  constexpr int kKernelRevision = 36;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

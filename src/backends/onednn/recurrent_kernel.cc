@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "backends/onednn/dnnl_common.h"
+#include "backends/onednn/packed_recurrence.h"
 #include "ops/recurrent.h"
 
 namespace collage::onednn {
@@ -210,6 +211,9 @@ void emit_recurrent(const Graph& sub, ValueMemories& values) {
   if (sub.num_nodes() != 1 || !recurrent_takes(sub, sub.node(0)))
     fail(ErrorKind::kUnsupported, "onednn: not one RNN/GRU/LSTM oneDNN's cells compute");
   const Node& n = sub.node(0);
+  // One sequence with constant weights: matmuls with packed weights around collage's cell,
+  // faster than the RNN primitives there (packed_recurrence.h).
+  if (packed_recurrence_takes(sub, n)) return emit_packed_recurrence(sub, values);
   const RecurrentSpec s = ops::recurrent_spec(sub, n);
   const RecurrentShapes r = shapes_of(sub, n, s);
   const std::vector<int> gate_of = onnx_gates(s.cell);

@@ -8,7 +8,9 @@
 // What oneDNN's cells compute, and so what is taken: float32; constant W, R, B and P; the
 // default functions (LSTM, GRU: Sigmoid and Tanh; RNN: one of Tanh, Relu, Sigmoid), no clip,
 // no coupled input and forget gates; no sequence_lens (or a constant one of every sequence's full
-// length); layout 0.
+// length); layout 0. One sequence (batch 1) with constant W and R is emitted as
+// packed_recurrence.h's step instead: oneDNN matmuls with packed weights around collage's cell,
+// faster there (at batch 1 each step's product is a matrix-vector one).
 //
 // Threads: oneDNN's cells parallelise each time step, so a small recurrence runs faster on one
 // thread than on two (a team's barrier per step for little work). Each node is built twice, for
