@@ -557,11 +557,11 @@ TEST(OnednnBackend, FindMatchesConvRelu) {
 }
 
 TEST(OnednnBackend, RefusesWhatItCannotRun) {
-  {  // Conv with computed weights.
+  {  // Conv with a computed bias (computed weights it takes: computed_weights_test).
     GraphBuilder b;
     ValueId x = b.input("x", DType::kFloat32, {1, 2, 5, 5});
-    ValueId w = b.input("w", DType::kFloat32, {3, 2, 3, 3});
-    b.output(b.add1("Conv", {x, w}));
+    ValueId bias = b.input("b", DType::kFloat32, {3});
+    b.output(b.add1("Conv", {x, b.random_constant("w", {3, 2, 3, 3}), bias}));
     EXPECT_EQ(compile_error(b.graph()), ErrorKind::kUnsupported);
   }
   {  // A fused kernel whose interior value is read outside.

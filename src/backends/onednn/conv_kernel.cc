@@ -129,6 +129,7 @@ dnnl::memory::desc weights_view(const Shape& w, int64_t group, bool transposed) 
 // (Clip, Sigmoid, binary ops are refused when the primitive is created).
 bool winograd_candidate(const Graph& g, const Node& n) {
   if (n.op_type != "Conv" || !n.domain.empty() || n.inputs.size() < 2) return false;
+  if (!g.value(n.input(1)).is_constant()) return false;  // transformed at compile time
   const Shape& ws = g.value(n.input(1)).shape;
   if (ws.size() != 4 || ws[2] != 3 || ws[3] != 3 || n.attr_int("group", 1) != 1) return false;
   for (int64_t s : n.attr_ints("strides", {1, 1}))
@@ -239,8 +240,6 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
   require_f32(sub, x, "conv input");
   require_f32(sub, w, "conv weights");
   require_f32(sub, node.outputs[0], "conv output");
-  if (!sub.value(w).is_constant())
-    fail(ErrorKind::kUnsupported, "onednn: conv weights must be constant");
   if (b != kNoValue && (!sub.value(b).is_constant() || sub.value(b).dtype != DType::kFloat32))
     fail(ErrorKind::kUnsupported, "onednn: conv bias must be a float32 constant");
   const Shape& xs = sub.value(x).shape;
@@ -386,8 +385,12 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
   if (sub.num_nodes() > 1 && is_reference_impl(pd->impl_info_str()))
     fail(ErrorKind::kUnsupported, "onednn: no optimized {} with these post-ops", node.op_type);
 
-  dnnl::memory weights =
-      program.constant(sub.value(w).constant, w_view, pd->query_md(dnnl::query::weights_md));
+  // Constant weights are converted once, now; computed ones (a modulated or dynamic conv) by
+  // a reorder step each run.
+  const dnnl::memory::desc chosen_w = pd->query_md(dnnl::query::weights_md);
+  dnnl::memory weights = sub.value(w).is_constant()
+                             ? program.constant(sub.value(w).constant, w_view, chosen_w)
+                             : program.in_layout(values.view(w, w_view), chosen_w);
   // The primitive chose its layouts (format_tag::any): the input is reordered only when it
   // is not already in the chosen one, and the output stays in it for readers in a region.
   dnnl::memory src = values.read(x, pd->query_md(dnnl::query::src_md));

@@ -64,8 +64,9 @@ std::string backend_version() {
   // run as 2-D ones of height 1 (conv1d_as_2d.h). 35: the GroupNorm step reads and writes
   // channels-last where its producer wrote that, and takes a SiLU after it (group_norm.h). 36:
   // one sequence's recurrence with constant weights is oneDNN matmuls with packed weights
-  // around collage's cell (packed_recurrence.h).
-  constexpr int kKernelRevision = 36;
+  // around collage's cell (packed_recurrence.h). 37: convolutions with computed weights
+  // (reordered by a step each run); failures cached for them are tried again.
+  constexpr int kKernelRevision = 37;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

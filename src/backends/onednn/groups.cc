@@ -91,9 +91,10 @@ bool primitive_head(const Graph& g, const Node& n) {
     return false;
   const Family* f = family_of(n.op_type);
   if (!f || !f->post_op_tail) return false;
+  // Weights computed in the model too (a StyleGAN2 modulated conv, a dynamic conv): reordered
+  // into the primitive's layout by a step each run (conv_kernel.cc).
   if (f->name == "conv")
-    return g.value(n.input(1)).is_constant() &&
-           (n.input(2) == kNoValue || g.value(n.input(2)).is_constant());
+    return is_f32(g, n.input(1)) && (n.input(2) == kNoValue || g.value(n.input(2)).is_constant());
   if (f->name == "matmul") return is_f32(g, n.input(1));
   if (n.op_type == "MaxPool") return n.outputs.size() == 1 || n.outputs[1] == kNoValue;
   if (f->name == "resample") return resample_form(g, n).has_value() || taps_resize_takes(g, n);

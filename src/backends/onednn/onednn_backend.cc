@@ -120,9 +120,9 @@ class OnednnBackend : public Backend {
       return is_view_op(n) && region_node(g, n);
     };
     return {
-        {"Conv", op("Conv", {any(), constant(), maybe(constant())}).where(head, "float32"), {}},
+        {"Conv", op("Conv", {any(), any(), maybe(constant())}).where(head, "float32"), {}},
         {"ConvTranspose",
-         op("ConvTranspose", {any(), constant(), maybe(constant())}).where(head, "float32"),
+         op("ConvTranspose", {any(), any(), maybe(constant())}).where(head, "float32"),
          {}},
         {"MatMul", op("MatMul").where(head, "float32"), {}},
         {"Gemm", op("Gemm").where(head, "float32"), {}},

@@ -579,7 +579,8 @@ bool winograd_conv_takes(const std::vector<PostOp>& ops, const Shape& out) {
 bool winograd_conv_shape(const Graph& g, const Node& n) {
   if (winograd_candidate(g, n)) return true;
   if (n.op_type != "Conv" || !n.domain.empty() || n.inputs.size() < 2 ||
-      n.attr_int("group", 1) != 1 || n.attr_string("auto_pad", "NOTSET") != "NOTSET")
+      !g.value(n.input(1)).is_constant() || n.attr_int("group", 1) != 1 ||
+      n.attr_string("auto_pad", "NOTSET") != "NOTSET")
     return false;
   const Shape& ws = g.value(n.input(1)).shape;
   if (ws.size() != 4) return false;
