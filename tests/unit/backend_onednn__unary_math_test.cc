@@ -6,6 +6,9 @@
 // as a kernel of op-level onednn.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -102,6 +105,34 @@ TEST(OnednnUnaryMath, ALoneErfAndAnLpPoolExportAreOneRegion) {
                 .count(onednn::kUnaryMathStep),
             2);
   EXPECT_TRUE(testing::has_match(onednn_graph(), b.graph(), {e}));
+}
+
+// Sin and Cos run vectorized over |x| <= 8192 (util/fast_math.h's fast_sin_or_cos) and on
+// libm past it: over arguments of every magnitude up to 1e7, both signs, zeros, infinities and
+// NaN, split unevenly between the threads, each as the reference (NaN where it has NaN).
+TEST(OnednnUnaryMath, SinAndCosOverEveryMagnitudeLikeReference) {
+  std::mt19937 rng(5);
+  std::vector<float> xs;
+  for (float range : {1.0f, 30.0f, 1000.0f, 8192.0f, 8300.0f, 1e7f}) {
+    std::uniform_real_distribution<float> u(-range, range);
+    for (int i = 0; i < 5000; ++i) xs.push_back(u(rng));
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float special : {0.0f, -0.0f, inf, -inf, std::nanf(""), 8192.0f, -8192.0f, 8192.001f})
+    xs.push_back(special);
+  const int64_t n = static_cast<int64_t>(xs.size());
+  GraphBuilder b;
+  ValueId x = b.input("x", DType::kFloat32, {n});
+  b.output(b.add1("Sin", {x}));
+  b.output(b.add1("Cos", {x}));
+  const std::vector<Tensor> inputs = {Tensor::from_vector<float>({n}, xs)};
+  const std::vector<Tensor> want = Session(b.graph(), SessionOptions{}).run(inputs);
+  for (const char* backend : {"onednn", "onednn-graph"})
+    for (int threads : {1, 2, 3})
+      EXPECT_TRUE(testing::expect_session_like_reference(backend, b.graph(), threads, inputs, want,
+                                                         "sin and cos")
+                      .empty())
+          << backend;
 }
 
 }  // namespace

@@ -65,8 +65,9 @@ std::string backend_version() {
   // channels-last where its producer wrote that, and takes a SiLU after it (group_norm.h). 36:
   // one sequence's recurrence with constant weights is oneDNN matmuls with packed weights
   // around collage's cell (packed_recurrence.h). 37: convolutions with computed weights
-  // (reordered by a step each run); failures cached for them are tried again.
-  constexpr int kKernelRevision = 37;
+  // (reordered by a step each run); failures cached for them are tried again. 38: the Sin and
+  // Cos steps are vectorized (util/fast_math.h's fast_sin_or_cos).
+  constexpr int kKernelRevision = 38;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

@@ -9,43 +9,67 @@
 #include "backends/onednn/dnnl_common.h"
 #include "collage/error.h"
 #include "ops/elementwise_util.h"
+#include "util/fast_math.h"
 
 namespace collage::onednn {
 namespace {
 
 using ops::elem::kParallelThreshold;
-using Function = float (*)(float);
+// y[i] = f(x[i]) for i < n; x and y do not overlap (the step reads x and writes y, which the
+// program keeps apart).
+using Loop = void (*)(const float* x, float* y, int64_t n);
 
-// The reference's scalar functions, in float (ops/elementwise_unary.cc).
-const std::map<std::string, Function>& functions() {
-  static const std::map<std::string, Function> table = {
-      {"Sin", [](float x) { return std::sin(x); }},
-      {"Cos", [](float x) { return std::cos(x); }},
-      {"Tan", [](float x) { return std::tan(x); }},
-      {"Asin", [](float x) { return std::asin(x); }},
-      {"Acos", [](float x) { return std::acos(x); }},
-      {"Atan", [](float x) { return std::atan(x); }},
-      {"Sinh", [](float x) { return std::sinh(x); }},
-      {"Cosh", [](float x) { return std::cosh(x); }},
-      {"Asinh", [](float x) { return std::asinh(x); }},
-      {"Acosh", [](float x) { return std::acosh(x); }},
-      {"Atanh", [](float x) { return std::atanh(x); }},
-      {"Floor", [](float x) { return std::floor(x); }},
-      {"Ceil", [](float x) { return std::ceil(x); }},
-      {"Erf", [](float x) { return std::erf(x); }},
-      {"Softsign", [](float x) { return x / (1.0f + std::fabs(x)); }},
-      {"Sign",
-       [](float x) { return std::isnan(x) ? x : static_cast<float>((0.0f < x) - (x < 0.0f)); }},
+template <float (*F)(float)>
+void scalar_loop(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = F(x[i]);
+}
+
+// Sin and Cos vectorized (util/fast_math.h), arguments past its range with libm's after.
+template <bool kCosine>
+void trig_loop(const float* x, float* y, int64_t n) {
+  int32_t large = 0;  // a count, not a bool: GCC vectorizes an int reduction
+  for (int64_t i = 0; i < n; ++i) {
+    const bool in_range = std::fabs(x[i]) <= kFastTrigMax;  // false for NaN and inf too
+    large += in_range ? 0 : 1;
+    y[i] = fast_sin_or_cos(in_range ? x[i] : 0.0f, kCosine);
+  }
+  if (large == 0) return;
+  for (int64_t i = 0; i < n; ++i)
+    if (!(std::fabs(x[i]) <= kFastTrigMax)) y[i] = kCosine ? std::cos(x[i]) : std::sin(x[i]);
+}
+
+float sign(float x) {
+  return std::isnan(x) ? x : static_cast<float>((0.0f < x) - (x < 0.0f));
+}
+float softsign(float x) {
+  return x / (1.0f + std::fabs(x));
+}
+
+// The reference's functions (ops/elementwise_unary.cc) in float: libm's, but Sin and Cos.
+const std::map<std::string, Loop>& functions() {
+  static const std::map<std::string, Loop> table = {
+      {"Sin", trig_loop<false>},           {"Cos", trig_loop<true>},
+      {"Tan", scalar_loop<std::tan>},      {"Asin", scalar_loop<std::asin>},
+      {"Acos", scalar_loop<std::acos>},    {"Atan", scalar_loop<std::atan>},
+      {"Sinh", scalar_loop<std::sinh>},    {"Cosh", scalar_loop<std::cosh>},
+      {"Asinh", scalar_loop<std::asinh>},  {"Acosh", scalar_loop<std::acosh>},
+      {"Atanh", scalar_loop<std::atanh>},  {"Floor", scalar_loop<std::floor>},
+      {"Ceil", scalar_loop<std::ceil>},    {"Erf", scalar_loop<std::erf>},
+      {"Softsign", scalar_loop<softsign>}, {"Sign", scalar_loop<sign>},
   };
   return table;
 }
 
-dnnl_status_t apply(Function f, const float* x, float* y, int64_t n) {
+dnnl_status_t apply(Loop f, const float* x, float* y, int64_t n) {
   // Under kParallelThreshold elements the loop takes microseconds: one thread (a lane of a
   // concurrent stage is one thread too).
   const int team = omp_in_parallel() || n < kParallelThreshold ? 1 : omp_get_max_threads();
-#pragma omp parallel for num_threads(team) schedule(static)
-  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+#pragma omp parallel num_threads(team)
+  {
+    const int64_t parts = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t begin = n * t / parts, end = n * (t + 1) / parts;
+    f(x + begin, y + begin, end - begin);
+  }
   return dnnl_success;
 }
 
@@ -84,7 +108,7 @@ void emit_unary_math(const Graph& sub, ValueMemories& values) {
   if (!flat_f32(src, numel)) src = values.read(x, plain_md(shape));
   dnnl::memory dst = values.destination(y, src.get_desc());
   if (!flat_f32(dst, numel)) dst = values.fresh_destination(y, src.get_desc());
-  const Function f = functions().at(n.op_type);
+  const Loop f = functions().at(n.op_type);
   values.program().add_custom(
       kUnaryMathStep,
       [f, numel](const dnnl_exec_arg_t* args, int count) {
