@@ -16,6 +16,7 @@
 #include "backends/onednn/recurrent_kernel.h"
 #include "backends/onednn/region_kernel.h"
 #include "backends/onednn/squeeze_excite.h"
+#include "backends/onednn/top_k.h"
 #include "backends/onednn/unary_math.h"
 #include "collage/backend.h"
 
@@ -156,8 +157,12 @@ class OnednnBackend : public Backend {
         {"Recurrent",
          op_in({"RNN", "GRU", "LSTM"})
              .where(recurrent_takes,
-                    "float32, constant weights, the default functions (an RNN's Tanh, Relu or "
-                    "Sigmoid), no clip, no sequence_lens, layout 0 (oneDNN's RNN primitives)"),
+                    "float32, the default functions (an RNN's Tanh, Relu or Sigmoid), no clip, "
+                    "no sequence_lens, layout 0 (oneDNN's RNN primitives; one sequence with "
+                    "constant weights as packed matmuls)"),
+         {}},
+        {"TopK",
+         op("TopK").where(top_k_takes, "float32 (a kernel of collage's own: a heap per row)"),
          {}},
         {"IndexCopy",
          op_in({"Slice", "Gather"})
@@ -282,6 +287,8 @@ class OnednnBackend : public Backend {
         return compile_group(subgraph, emit_index_copy);
       if (subgraph.num_nodes() == 1 && grid_sample_takes(subgraph, first))
         return compile_group(subgraph, emit_grid_sample);
+      if (subgraph.num_nodes() == 1 && top_k_takes(subgraph, first))
+        return compile_top_k(subgraph, options.threads);
       if (subgraph.num_nodes() == 1 && recurrent_takes(subgraph, first))
         return compile_group(subgraph, emit_recurrent);
       if (masked_select_group(subgraph)) {
