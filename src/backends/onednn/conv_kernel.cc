@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "backends/onednn/depthwise_conv3d.h"
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/groups.h"
 #include "backends/onednn/kernels.h"
@@ -209,6 +210,37 @@ void add_epilogue(const std::vector<float>* bias, const std::vector<PostOp>& ops
   program.add(dnnl::binary(pd), pd, std::move(args));
 }
 
+// A depthwise 3-D conv as collage's own step (depthwise_conv3d.h), channels-last, the bias
+// in the step and the tail after it as a binary primitive's post-ops.
+void emit_depthwise_conv3d(const Graph& sub, const Node& node, const Geometry& geo,
+                           std::vector<float> bias, const Tail& tail, ValueMemories& values) {
+  const Shape& xs = sub.value(node.input(0)).shape;
+  const Shape& ys = sub.value(node.outputs[0]).shape;
+  const dnnl::memory::desc x_md = *channels_last_md(xs), y_md = *channels_last_md(ys);
+  Program& program = values.program();
+  const dnnl::memory src = values.read(node.input(0), x_md);
+  const dnnl::memory dst = values.destination(tail.out, y_md);
+  const dnnl::memory conv_dst = tail.ops.empty() ? dst : program.rewritten_buffer(y_md);
+  if (!flat_f32(src, shape_numel(xs)) || !flat_f32(conv_dst, shape_numel(ys)))
+    fail(ErrorKind::kInternal, "onednn: depthwise 3-D conv got a layout it can't walk");
+  std::vector<int64_t> dilations;
+  for (int64_t d : geo.dilates) dilations.push_back(d + 1);  // oneDNN's 0 is ONNX's 1
+  auto step = std::make_shared<const DepthwiseConv3d>(
+      xs, ys, sub.value(node.input(1)).constant, std::move(bias),
+      std::vector<int64_t>(geo.strides.begin(), geo.strides.end()), std::move(dilations),
+      std::vector<int64_t>(geo.pad_l.begin(), geo.pad_l.end()));
+  program.add_custom(
+      kDepthwiseConv3dStep,
+      [step](const dnnl_exec_arg_t* args, int count) {
+        step->run(custom_step_data(args, count, DNNL_ARG_SRC),
+                  custom_step_data(args, count, DNNL_ARG_DST));
+        return dnnl_success;
+      },
+      {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, conv_dst}}, dnnl::primitive::kind::convolution);
+  if (!tail.ops.empty()) add_epilogue(nullptr, tail.ops, ys, conv_dst, dst, values);
+  values.produced(tail.out, dst);
+}
+
 }  // namespace
 
 std::string forward_conv_implementation(const Node& node, const Shape& xs, const Shape& ws,
@@ -282,6 +314,10 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
     emit_winograd_conv(
         algorithm == ConvAlgorithm::kWinograd2x2 ? WinogradTile::k2 : WinogradTile::k4, sub, node,
         bias, tail.ops, geo.pad_l[0], geo.pad_l[1], tail.out, values);
+    return;
+  }
+  if (!transposed && !winograd && depthwise_conv3d_takes(sub, node)) {
+    emit_depthwise_conv3d(sub, node, geo, has_bias ? bias : std::vector<float>{}, tail, values);
     return;
   }
   if (winograd && !winograd_candidate(sub, node))

@@ -66,8 +66,9 @@ std::string backend_version() {
   // one sequence's recurrence with constant weights is oneDNN matmuls with packed weights
   // around collage's cell (packed_recurrence.h). 37: convolutions with computed weights
   // (reordered by a step each run); failures cached for them are tried again. 38: the Sin and
-  // Cos steps are vectorized (util/fast_math.h's fast_sin_or_cos). 39: TopK (top_k.h).
-  constexpr int kKernelRevision = 39;
+  // Cos steps are vectorized (util/fast_math.h's fast_sin_or_cos). 39: TopK (top_k.h). 40:
+  // depthwise 3-D convs as collage's own step (depthwise_conv3d.h).
+  constexpr int kKernelRevision = 40;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
