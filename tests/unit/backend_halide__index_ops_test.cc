@@ -138,8 +138,11 @@ TEST(HalideIndexOps, ScatterElementsLikeReferenceWithDuplicates) {
     const Shape data = random_shape(rng, rank, 1, 8);
     const int64_t axis = pick(rng, -rank, rank - 1);
     const size_t a = static_cast<size_t>(axis < 0 ? axis + rank : axis);
+    // Along the axis, up to twice as many updates as data has there (a scatter_add of edge
+    // messages into nodes).
     Shape ishape;
-    for (int d = 0; d < rank; ++d) ishape.push_back(pick(rng, 1, data[d]));
+    for (int d = 0; d < rank; ++d)
+      ishape.push_back(pick(rng, 1, static_cast<size_t>(d) == a ? 2 * data[d] : data[d]));
     const std::string reduction = reductions[trial % 3];
     const bool old_name = trial == 4;  // Scatter, opsets 9-10
     GraphBuilder b(old_name ? 10 : 16);

@@ -476,6 +476,22 @@ TEST(TensorOpsTest, ScatterElementsAndND) {
                     in(Tensor::from_vector<float>({2}, {7, 8}))},
                    {{"reduction", attr_s("mul")}});
   EXPECT_EQ(values<float>(nd[0]), (std::vector<float>{0, 1, 2, 21}));
+  // More updates along the axis than data has there (a graph network's scatter_add of edge
+  // messages into nodes): each lands where its index says; off the axis, more is an error.
+  auto gather_edges = run_op("ScatterElements",
+                             {in(Tensor::from_vector<float>({3, 1}, {0, 0, 0})),
+                              in(Tensor::from_vector<int64_t>({5, 1}, {0, 2, 0, 1, 0})),
+                              in(Tensor::from_vector<float>({5, 1}, {1, 2, 3, 4, 5}))},
+                             {{"axis", attr_i(0)}, {"reduction", attr_s("add")}});
+  EXPECT_EQ(values<float>(gather_edges[0]), (std::vector<float>{9, 4, 2}));
+  EXPECT_EQ(kind_of([] {
+              run_op("ScatterElements",
+                     {in(Tensor::from_vector<float>({3, 1}, {0, 0, 0})),
+                      in(Tensor::from_vector<int64_t>({1, 2}, {0, 0})),
+                      in(Tensor::from_vector<float>({1, 2}, {1, 2}))},
+                     {{"axis", attr_i(0)}});
+            }),
+            ErrorKind::kShape);
 }
 
 TEST(TensorOpsTest, OneHotNonZeroCompress) {
