@@ -10,8 +10,6 @@
 
 #include <fmt/format.h>
 
-#include <omp.h>
-
 #include <optional>
 #include <random>
 #include <string>
@@ -84,25 +82,6 @@ TEST(OnednnRecurrent, RandomCellsLikeReferenceOnEveryThreadBuild) {
   }
 }
 
-// `kernel` run on `inputs` by the first thread of an OpenMP team of two, as a lane runs its
-// steps (a team of one would be an inactive region, where the step starts its own team).
-std::vector<Tensor> run_in_a_lane(Kernel& kernel, const Graph& g,
-                                  const std::vector<Tensor>& inputs) {
-  std::vector<Tensor> got;
-  for (ValueId v : g.outputs) got.emplace_back(DType::kFloat32, g.value(v).shape);
-  std::string error;
-#pragma omp parallel num_threads(2)
-  if (omp_get_thread_num() == 0) {
-    try {
-      kernel.run(inputs, got);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  EXPECT_EQ(error, "");
-  return got;
-}
-
 // One sequence with constant weights is the packed step (packed_recurrence.h): the matmuls
 // with packed weights around collage's cell, a direction's hidden units cut in slices of 64
 // or more by the threads (up to 300 units: 1 to 3 slices on 1 to 3 threads, uneven ones
@@ -144,7 +123,7 @@ TEST(OnednnRecurrent, OneSequenceWithConstantWeightsIsPackedMatmulsLikeReference
       for (ValueId v : g.outputs) got.emplace_back(DType::kFloat32, g.value(v).shape);
       kernel->run(inputs, got);
       EXPECT_TRUE(testing::outputs_match(got, want)) << threads << " threads";
-      EXPECT_TRUE(testing::outputs_match(run_in_a_lane(*kernel, g, inputs), want))
+      EXPECT_TRUE(testing::outputs_match(testing::run_in_a_lane(*kernel, g, inputs), want))
           << threads << " threads, in a lane";
     }
     use_threads_on_this_thread(2);

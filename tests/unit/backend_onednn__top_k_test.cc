@@ -5,8 +5,6 @@
 // node not left to the fallback, on 1 to 3 threads and inside a lane.
 #include <gtest/gtest.h>
 
-#include <omp.h>
-
 #include <cmath>
 #include <limits>
 #include <random>
@@ -70,11 +68,8 @@ TEST(OnednnTopK, RandomShapesTiesAndNaNLikeReference) {
           testing::expect_session_like_reference("onednn", g, threads, inputs, want, what).empty());
     // Inside a lane (an active team): on the lane's thread alone.
     std::unique_ptr<Kernel> kernel = testing::onednn().compile(g, testing::test_options(2));
-    std::vector<Tensor> got = {Tensor(DType::kFloat32, g.value(out[0]).shape),
-                               Tensor(DType::kInt64, g.value(out[1]).shape)};
-#pragma omp parallel num_threads(2)
-    if (omp_get_thread_num() == 0) kernel->run(inputs, got);
-    EXPECT_TRUE(testing::outputs_match(got, want)) << "in a lane";
+    EXPECT_TRUE(testing::outputs_match(testing::run_in_a_lane(*kernel, g, inputs), want))
+        << "in a lane";
   }
 }
 

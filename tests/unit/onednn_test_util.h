@@ -5,6 +5,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -94,5 +95,24 @@ class WithLanes {
  private:
   std::string saved_;
 };
+
+// `kernel` run on `inputs` by the first thread of an OpenMP team of two, as a lane runs its
+// steps (a team of one would be an inactive region, where the step starts its own team).
+inline std::vector<Tensor> run_in_a_lane(Kernel& kernel, const Graph& g,
+                                         const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> got;
+  for (ValueId v : g.outputs) got.emplace_back(g.value(v).dtype, g.value(v).shape);
+  std::string error;
+#pragma omp parallel num_threads(2)
+  if (omp_get_thread_num() == 0) {
+    try {
+      kernel.run(inputs, got);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  EXPECT_EQ(error, "");
+  return got;
+}
 
 }  // namespace collage::testing
