@@ -53,8 +53,11 @@ class Executor {
   Executor(const Graph& graph, std::vector<Step> steps);
   ~Executor();
 
-  // Copies `inputs` (graph-input order, exact shapes/dtypes checked) into the arena, runs
-  // every step and returns views of the graph outputs (valid until the next run).
+  // Runs every step on `inputs` (graph-input order, exact shapes/dtypes checked) and returns
+  // views of the graph outputs (valid until the next run). The steps read an input of 1 MiB
+  // or more where the caller holds it when its data is 64-byte aligned (kernels then get
+  // what the arena would give them); other inputs, and one that is also a graph output or
+  // goes to a device, are copied into the arena first. The steps never write their inputs.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
   // The same, also recording when each step ran (`timings` resized to steps().size()):
   // where a plan's time goes once its kernels run next to each other.
@@ -96,7 +99,8 @@ class Executor {
   };
   static void run_copies(const std::vector<CopyOp>& copies);
   void check_inputs(const std::vector<Tensor>& inputs) const;
-  void copy_inputs(const std::vector<Tensor>& inputs);
+  // Points the steps at each input (the caller's tensor, or its arena copy: above).
+  void bind_inputs(const std::vector<Tensor>& inputs);
   std::vector<Tensor> output_views() const;
   void run_stages(std::vector<StepTiming>* timings);
   void run_lane(const std::vector<size_t>& lane, int worker, std::vector<StepTiming>* timings);
@@ -107,6 +111,13 @@ class Executor {
   int max_lanes_ = 1;
   std::vector<Tensor> value_views_;  // by ValueId
   std::vector<std::vector<Tensor>> step_inputs_, step_outputs_;
+  // Per graph input: where host steps read it (step, input position), and whether they may
+  // read the caller's tensor in place (large, not a graph output, not copied to a device).
+  struct InputReads {
+    std::vector<std::pair<size_t, size_t>> reads;
+    bool in_place = false;
+  };
+  std::vector<InputReads> input_reads_;
   std::byte* arena_ = nullptr;
   size_t arena_bytes_ = 0;
   std::unique_ptr<LaneWorkers> workers_;  // null when every stage has one lane

@@ -6,10 +6,8 @@
 namespace collage {
 namespace {
 
-constexpr size_t kAlignment = 64;
-
 size_t align_up(size_t n) {
-  return (n + kAlignment - 1) / kAlignment * kAlignment;
+  return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
 }
 
 bool lifetimes_overlap(const BufferRequest& a, const BufferRequest& b) {

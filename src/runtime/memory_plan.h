@@ -14,8 +14,11 @@ struct BufferRequest {
   int last_step = 0;   // last read by this step (INT32_MAX-ish for graph outputs)
 };
 
+// Where every planned buffer starts: an arena allocated at this alignment places each there.
+inline constexpr size_t kArenaAlignment = 64;
+
 struct MemoryPlan {
-  std::vector<size_t> offsets;  // one per request, 64-byte aligned
+  std::vector<size_t> offsets;  // one per request, kArenaAlignment-aligned
   size_t arena_bytes = 0;
 };
 

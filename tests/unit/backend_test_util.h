@@ -91,7 +91,9 @@ inline std::vector<std::string> host_backends() {
 // Runs `g` in a Session where `backend` takes the nodes it can and the fallback the rest
 // (strict: a compile error other than a refusal fails, as `collage run --backend NAME
 // --strict`), on `threads`, and expects `want` (reference's outputs on `inputs`). Returns
-// the nodes left to the fallback.
+// the nodes left to the fallback. The inputs must come back unchanged: the steps read them
+// where the caller holds them (executor.h), so a kernel writing its input would corrupt the
+// caller's data.
 inline std::vector<NodeId> expect_session_like_reference(const std::string& backend, const Graph& g,
                                                          int threads,
                                                          const std::vector<Tensor>& inputs,
@@ -103,8 +105,12 @@ inline std::vector<NodeId> expect_session_like_reference(const std::string& back
   options.threads = threads;
   try {
     Session session(g, options);
+    std::vector<Tensor> before;
+    for (const Tensor& t : inputs) before.push_back(t.clone());
     EXPECT_TRUE(outputs_match(session.run(inputs), want))
         << backend << ", " << threads << " threads, " << what;
+    EXPECT_TRUE(outputs_match(inputs, before, Tolerance{0, 0, 0}))
+        << backend << ", " << threads << " threads, " << what << ": an input was written";
     const std::string fallback = BackendRegistry::global().fallback().name();
     const std::vector<std::string> placed = session.node_backends();
     std::vector<NodeId> left;
