@@ -11,6 +11,9 @@
 // each (a heap's comparisons: 2.1 ms; the row's elements one by one against the worst kept:
 // 2.3), the model 1.06-1.20x ONNX Runtime.
 //
+// Why here and not libtorch's at::topk (the torch backend): its order among equal values is
+// not ONNX's, which keeps the lower index first; ties are common (a Relu's zeros).
+//
 // What is taken: float32 input of known shape, its values and int64 indices (of either opset's
 // k: the output shape says k). Its int64 output keeps it out of oneDNN programs: it is a lone
 // kernel, between regions.
