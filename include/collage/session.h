@@ -55,7 +55,9 @@ class Session {
 
   const Graph& graph() const { return *graph_; }
   // Inputs in graph-input order, with exactly the inferred shapes and dtypes. Returns
-  // owning copies of the outputs, in graph-output order.
+  // owning copies of the outputs, in graph-output order. The inputs are read, never written;
+  // one of 1 MiB or more (64-byte aligned) is read where it lies rather than copied, so it
+  // must not change while run() runs.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
   // Runs without copying outputs out of the arena: for timing loops. The returned views
   // are valid until the next run.
