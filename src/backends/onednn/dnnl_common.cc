@@ -1,5 +1,7 @@
 #include "backends/onednn/dnnl_common.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -160,6 +162,14 @@ dnnl::primitive_attr base_attr() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   return attr;
+}
+
+OpenMpThreadsInScope::OpenMpThreadsInScope(int threads) : saved_(omp_get_max_threads()) {
+  omp_set_num_threads(threads);
+}
+
+OpenMpThreadsInScope::~OpenMpThreadsInScope() {
+  omp_set_num_threads(saved_);
 }
 
 bool is_reference_impl(const std::string& impl_info) {

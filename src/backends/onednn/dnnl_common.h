@@ -80,6 +80,21 @@ auto create_pd(const std::string& what, F&& make) -> decltype(make()) {
 // measures it against the other backends anyway.
 bool is_reference_impl(const std::string& impl_info);
 
+// This thread's OpenMP count at `threads` while the object lives, restored when it goes (an
+// exception leaving the scope too). oneDNN sizes a primitive's partition by the count when
+// the primitive is created, and runs one built for a single thread inline only while the
+// count is 1 (recurrent_kernel.cc, packed_recurrence.cc).
+class OpenMpThreadsInScope {
+ public:
+  explicit OpenMpThreadsInScope(int threads);
+  ~OpenMpThreadsInScope();
+  OpenMpThreadsInScope(const OpenMpThreadsInScope&) = delete;
+  OpenMpThreadsInScope& operator=(const OpenMpThreadsInScope&) = delete;
+
+ private:
+  int saved_;
+};
+
 // A compiled sequence of primitive executions over memories created at compile time.
 // Kernel inputs/outputs are bound to memories whose data handle is swapped in run(), so
 // running allocates nothing.

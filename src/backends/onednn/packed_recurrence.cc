@@ -162,10 +162,8 @@ class PackedRecurrenceStep {
     // The matmuls were built for one thread, and run on one only with this thread's OpenMP
     // count at 1 (else oneDNN partitions for the count it reads: a GRU of 32 units, 50 steps,
     // one slice, 0.275 ms against 0.022); the team's threads inherit the count.
-    const int openmp_threads = omp_get_max_threads();
-    omp_set_num_threads(1);
+    const OpenMpThreadsInScope alone(1);
     recurrence_.run(products_, io, threads_);
-    omp_set_num_threads(openmp_threads);
     return products_.take_status();
   }
 
@@ -220,15 +218,10 @@ void emit_packed_recurrence(const Graph& sub, ValueMemories& values) {
   // The matmuls are built for one thread: each runs on a thread of the recurrence's team
   // (oneDNN sizes its partition by the calling thread's OpenMP count).
   const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  std::shared_ptr<PackedRecurrenceStep> step;
-  try {
-    step = std::make_shared<PackedRecurrenceStep>(sub, n, threads);
-  } catch (...) {
-    omp_set_num_threads(threads);
-    throw;
-  }
-  omp_set_num_threads(threads);
+  const std::shared_ptr<PackedRecurrenceStep> step = [&] {
+    const OpenMpThreadsInScope alone(1);
+    return std::make_shared<PackedRecurrenceStep>(sub, n, threads);
+  }();
   program.add_custom(
       kPackedRecurrenceStep,
       [step](const dnnl_exec_arg_t* a, int count) { return step->run(a, count); }, std::move(args),

@@ -109,11 +109,8 @@ void peephole_to_ldgo(const float* src, float* dst, const RecurrentShapes& r) {
 // reads the count of the level below, the kernel's, and partitions for it.)
 dnnl_status_t execute_on_one_thread(const dnnl::primitive& p, const dnnl::stream& stream,
                                     const dnnl_exec_arg_t* args, int count) {
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const dnnl_status_t status = dnnl_primitive_execute(p.get(), stream.get(), count, args);
-  omp_set_num_threads(threads);
-  return status;
+  const OpenMpThreadsInScope alone(1);
+  return dnnl_primitive_execute(p.get(), stream.get(), count, args);
 }
 
 // COLLAGE_ONEDNN_RNN_THREADS: "one" or "all" takes that build without measuring (the tests
@@ -271,9 +268,10 @@ void emit_recurrent(const Graph& sub, ValueMemories& values) {
   if (const int threads = omp_get_max_threads(); threads > 1) {
     const std::optional<bool> forced = forced_one_thread();
     if (forced.value_or(true)) {
-      omp_set_num_threads(1);
-      RecurrentPrimitive alone = build();
-      omp_set_num_threads(threads);
+      RecurrentPrimitive alone = [&] {
+        const OpenMpThreadsInScope one(1);
+        return build();
+      }();
       one_thread = forced.value_or(false) || faster_on_one_thread(built, alone);
       if (one_thread) built = alone;
     }
