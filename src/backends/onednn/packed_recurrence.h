@@ -1,7 +1,7 @@
 // An RNN, GRU or LSTM over one sequence (batch 1) with constant W and R, as oneDNN matmuls
 // whose weights are packed once at compile time, around ops::OneSequenceRecurrence's cell
-// (recurrent_one_sequence.h): the input projections of every step one matmul per direction,
-// each step's recurrent product a matmul of one row that adds into the step's gates.
+// (recurrent_one_sequence.h): per slice of a direction's hidden units, the input projections
+// of every step one matmul, and each step's recurrent product a matmul of one row.
 //
 // Why: at batch 1 oneDNN's RNN primitives reach ~50 GB/s streaming R each step, and OpenBLAS
 // packs the constant W again on every call of its sgemm (it has no packed-weights API). An
@@ -11,8 +11,9 @@
 // sgemv's 1.78-1.84; both directions at once 2.48 ms against 3.26-3.99 (ONNX Runtime's whole
 // node 2.78). DESIGN.md, "Recurrent ops", has the node's numbers.
 //
-// Threads: a bidirectional node on two threads or more runs its directions at once, one thread
-// each (matmuls built for one thread); one direction runs its matmuls on the kernel's threads.
+// Threads: every matmul is built for one thread; the recurrence runs a slice a thread, its
+// directions at once, a direction's hidden units cut into slices of 64 or more where the
+// kernel's threads go round (slices_for in packed_recurrence.cc has the measurements).
 #pragma once
 
 #include "backends/onednn/value_memories.h"

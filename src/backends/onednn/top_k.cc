@@ -68,9 +68,9 @@ class TopKKernel : public Kernel {
     int32_t key;
     int64_t index;
   };
-  // An int whose order is TopK's order of values (a larger key first; top_k_order.h): the
-  // float's bits made monotonic, both zeros one key, NaN above every number; reversed
-  // (bitwise not) for the smallest first. Equal keys are equal values.
+  // An int whose order is TopK's order of values (a larger key first; the reference's, in
+  // ops/reduction_topk.cc): the float's bits made monotonic, both zeros one key, NaN above
+  // every number; reversed (bitwise not) for the smallest first. Equal keys are equal values.
   static int32_t order_key(float v, bool largest) {
     int32_t bits = v != v ? INT32_MAX : std::bit_cast<int32_t>(v == 0.0f ? 0.0f : v);
     if (v == v && bits < 0) bits ^= INT32_MAX;
@@ -102,8 +102,7 @@ class TopKKernel : public Kernel {
     // A heap of the k best so far whose top is the worst of them; a later element enters
     // only when it comes before that one (ties go to the lower index: the one kept).
     for (int64_t j = 0; j < k_; ++j) best[j] = {order_key(p[j], largest), j};
-    auto after = [](const Kept& a, const Kept& b) { return before(a, b); };
-    std::make_heap(best, best + k_, after);
+    std::make_heap(best, best + k_, before);
     // Blocks of 64 tested at once first (a vectorized count of keys past the worst kept's):
     // past the first few hundred elements of a row few enter, and most blocks are skipped.
     constexpr int64_t kBlock = 64;
@@ -121,7 +120,7 @@ class TopKKernel : public Kernel {
         sift_down(best, k_);
       }
     }
-    std::sort_heap(best, best + k_, after);
+    std::sort_heap(best, best + k_, before);
   }
 
   int threads_;
