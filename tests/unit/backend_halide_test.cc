@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend_test_util.h"
@@ -554,15 +555,20 @@ TEST(HalideBackend, ArgMaxArgMinLikeReferenceWithTiesAndNaNs) {
 }
 
 // CumSum forwards and reversed, inclusive and exclusive, along every axis of random shapes
-// (the axis a constant input, negative in some trials), fused with the Mul after it. Its
-// sums are taken in the reference's order, so they are exact, not merely close.
+// (the axis a constant input, negative in some trials), fused with the Mul after it and, in
+// odd trials, an output itself too (the scan's buffer is then the output's). Its sums are
+// taken in the reference's order, so they are exact, not merely close. The first trials are
+// big enough for threads: tasks over the dims outside the axis, over chunks of the dims
+// inside it (one outer row), and both.
 TEST(HalideBackend, CumSumLikeReferenceInEveryDirection) {
   std::mt19937 rng(43);
-  for (int trial = 0; trial < 16; ++trial) {
-    const int rank = static_cast<int>(pick(rng, 1, 4));
+  const std::vector<std::pair<Shape, int64_t>> big = {
+      {{3, 70000}, 1}, {{1, 64, 4100}, 1}, {{2, 3, 100, 17, 40}, 2}, {{1, 3000, 33}, -1}};
+  for (int trial = 0; trial < 20; ++trial) {
+    int rank = static_cast<int>(pick(rng, 1, 4));
     Shape s = random_shape(rng, rank);
-    if (trial == 0) s = {3, 70000};  // big enough to be split over threads
-    const int64_t axis = pick(rng, 0, rank - 1) - (trial % 3 == 0 ? rank : 0);
+    int64_t axis = pick(rng, 0, rank - 1) - (trial % 3 == 0 ? rank : 0);
+    if (trial < static_cast<int>(big.size())) std::tie(s, axis) = big[trial];
     const bool exclusive = trial % 2 == 1, reverse = (trial / 2) % 2 == 1;
     GraphBuilder b(13);
     ValueId x = b.input("x", DType::kFloat32, s);
@@ -570,6 +576,7 @@ TEST(HalideBackend, CumSumLikeReferenceInEveryDirection) {
                        {{"exclusive", attr_i(exclusive)}, {"reverse", attr_i(reverse)}});
     ValueId y = b.add1("Mul", {c, b.constant("k", Tensor::scalar(2.0f))});
     b.output(y);
+    if (trial % 2 == 1) b.output(c);
     const std::string what = "CumSum " + shape_to_string(s) + " axis " + std::to_string(axis) +
                              (exclusive ? " exclusive" : "") + (reverse ? " reverse" : "");
     EXPECT_TRUE(testing::has_match(halide(), b.graph(), {c, y})) << what;

@@ -92,9 +92,10 @@ class HalideBackend : public Backend {
   // measured before are not reused. "+r3": compiled only for features the CPU has (a kernel
   // built with AVX512-FP16 on a Zen 5 died of SIGILL, jit_cache.cc): failures cached for
   // such crashes are measured again. "+r4": reshapes indexed run by run and short rows
-  // unrolled (lowering 4): glue groups (Reshape, Slice, Concat) up to 6x faster.
+  // unrolled (lowering 4): glue groups (Reshape, Slice, Concat) up to 6x faster. "+r5": a
+  // scan writes each element once, streams along its axis, and is its own output.
   std::string version() const override {
-    return std::string("Halide ") + COLLAGE_HALIDE_VERSION + "+r4";
+    return std::string("Halide ") + COLLAGE_HALIDE_VERSION + "+r5";
   }
   BackendKind kind() const override { return BackendKind::kOpLevel; }
   std::string thread_model() const override { return "Halide thread pool"; }
