@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 
 namespace collage {
 namespace {
@@ -30,19 +31,39 @@ std::string attribute_text(const Attribute& a) {
   return "?";
 }
 
-std::string constant_text(const Tensor& t) {
+std::string constant_text(const Tensor& t, bool signs_only) {
   std::string s = fmt::format("const {}{}", dtype_name(t.dtype()), shape_to_string(t.shape()));
   if (t.numel() <= kValuesInKey) {
-    s += "=";
-    for (int64_t i = 0; i < t.numel(); ++i)
-      s += fmt::format("{}{}", i ? "," : "", t.get_as_double(i));
+    s += signs_only ? " positions " : "=";
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const double v = t.get_as_double(i);
+      if (signs_only)
+        s += v < 0 ? '-' : '+';
+      else
+        s += fmt::format("{}{}", i ? "," : "", v);
+    }
   }
   return s;
 }
 
-}  // namespace
+// The constants of `g` read only as a gather's positions (input 1 of Gather, GatherElements,
+// GatherND).
+std::set<ValueId> gather_positions(const Graph& g) {
+  std::set<ValueId> positions, elsewhere;
+  for (const Node& n : g.nodes())
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const ValueId v = n.inputs[i];
+      if (v == kNoValue || !g.value(v).is_constant()) continue;
+      const bool gather =
+          n.op_type == "Gather" || n.op_type == "GatherElements" || n.op_type == "GatherND";
+      (gather && i == 1 ? positions : elsewhere).insert(v);
+    }
+  for (ValueId v : g.outputs) elsewhere.insert(v);
+  for (ValueId v : elsewhere) positions.erase(v);
+  return positions;
+}
 
-std::string canonical_text(const Graph& g) {
+std::string text_of(const Graph& g, const std::set<ValueId>& values_left_out) {
   std::map<ValueId, int> number;
   std::string text = fmt::format("opset {}\n", g.opset);
   auto ref = [&](ValueId v) -> std::string {
@@ -53,10 +74,11 @@ std::string canonical_text(const Graph& g) {
     number[v] = id;
     const Value& value = g.value(v);
     // A value seen first as an input: a constant or a boundary input.
-    text += fmt::format("%{} = {}\n", id,
-                        value.is_constant() ? constant_text(value.constant)
-                                            : fmt::format("input {}{}", dtype_name(value.dtype),
-                                                          shape_to_string(value.shape)));
+    text += fmt::format(
+        "%{} = {}\n", id,
+        value.is_constant()
+            ? constant_text(value.constant, values_left_out.count(v) > 0)
+            : fmt::format("input {}{}", dtype_name(value.dtype), shape_to_string(value.shape)));
     return fmt::format("%{}", id);
   };
   for (ValueId v : g.inputs) ref(v);
@@ -85,6 +107,16 @@ std::string canonical_text(const Graph& g) {
   for (ValueId v : g.outputs) outs.push_back(ref(v));
   text += fmt::format("return {}\n", fmt::join(outs, ", "));
   return text;
+}
+
+}  // namespace
+
+std::string canonical_text(const Graph& g) {
+  return text_of(g, {});
+}
+
+std::string cost_text(const Graph& g) {
+  return text_of(g, gather_positions(g));
 }
 
 namespace {

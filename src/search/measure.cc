@@ -129,8 +129,9 @@ size_t CachePressure::rounded(size_t bytes) const {
 
 KernelKey kernel_key(const Graph& subgraph, const Candidate& candidate, const Hardware& machine,
                      const BetweenRuns& between) {
-  // Costs timed with other cache states are other measurements (see CachePressure).
-  std::string text = canonical_text(subgraph);
+  // Costs timed with other cache states are other measurements (see CachePressure). A
+  // gather's positions are not part of the key (ir/canonical.h: cost_text).
+  std::string text = cost_text(subgraph);
   if (between.read_bytes)
     text += fmt::format("cache: {} MiB read between runs\n", between.read_bytes >> 20);
   else if (between.other_kernels)

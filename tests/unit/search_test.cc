@@ -346,6 +346,28 @@ TEST(Canonical, IgnoresNamesButNotStructure) {
   EXPECT_NE(canonical_text(a), canonical_text(d));
 }
 
+// A gather's constant positions key a cost by their signs only (an unrolled loop's copies of
+// one step share a measurement); every other constant, and the exact text, keep values.
+TEST(Canonical, CostTextLeavesOutGatherPositionsButNotTheirSigns) {
+  auto gather_at = [](int64_t position, bool also_added) {
+    testing::GraphBuilder b;
+    ValueId x = b.input("x", DType::kInt64, {6, 8});
+    ValueId at = b.constant("at", Tensor::scalar<int64_t>(position));
+    ValueId row = b.add1("Gather", {x, at}, {{"axis", Attribute::from_int(0)}});
+    if (also_added) row = b.add1("Add", {row, at});
+    b.output(b.add1("Slice", {row, b.constant("s", Tensor::from_vector<int64_t>({1}, {1})),
+                              b.constant("e", Tensor::from_vector<int64_t>({1}, {5}))}));
+    return b.finish();
+  };
+  const Graph one = gather_at(1, false), three = gather_at(3, false);
+  EXPECT_EQ(cost_text(one), cost_text(three));
+  EXPECT_NE(canonical_text(one), canonical_text(three));
+  EXPECT_NE(cost_text(one), cost_text(gather_at(-1, false))) << "a position's sign is kept";
+  EXPECT_NE(cost_text(gather_at(1, true)), cost_text(gather_at(3, true)))
+      << "a constant also read as an operand keeps its value";
+  EXPECT_NE(cost_text(one).find("[1]=1\n"), std::string::npos) << "the Slice's starts stay";
+}
+
 class CostDbTest : public ::testing::Test {
  protected:
   void SetUp() override {

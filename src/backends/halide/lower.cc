@@ -1506,10 +1506,10 @@ class Lowerer {
     const int width = inner >= 16 ? 16 : inner >= 8 ? 8 : 1;
     // The first position: 1/len of the work, vectors only.
     Halide::Stage first = scan.f.update(0);
-    if (std::optional<Var> in = fuse(first, inner_vars, "fi"); in && width > 1)
-      first.vectorize(*in, width, Halide::TailStrategy::GuardWithIf);
+    if (width > 1)
+      first.vectorize(*fuse(first, inner_vars, "fi"), width, Halide::TailStrategy::GuardWithIf);
     else
-      first.unscheduled();  // one element per row: nothing to schedule
+      first.unscheduled();  // a few elements per row: nothing worth scheduling
     if (!scan.walk) return;
     Halide::Stage walk = scan.f.update(1);
     const std::optional<Var> in = fuse(walk, inner_vars, "wi");
