@@ -19,6 +19,7 @@
 
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/kernels.h"
+#include "backends/onednn/small_reduction.h"
 #include "ops/tensor_util.h"
 
 namespace collage::onednn {
@@ -659,6 +660,26 @@ void emit_reduce(const Graph& sub, ValueMemories& values) {
     return pd;
   };
   const dnnl::memory as_is = values.as_is(x, xs);
+  const bool mean = *alg == dnnl::algorithm::reduction_mean;
+  if (*alg == dnnl::algorithm::reduction_sum || mean) {
+    // A few elements per output: collage's step (small_reduction.h), read where x lies.
+    std::optional<SmallReduction> step;
+    if (as_is.get_desc().dims() == to_dims(xs))
+      step = small_reduction(as_is.get_desc(), *axes, mean, n.attr_int("keepdims", 1) != 0);
+    if (step && step->out.dims() == to_dims(sub.value(y).shape)) {
+      const dnnl::memory dst = values.fresh_destination(y, step->out);
+      values.program().add_custom(
+          kSmallReductionStep,
+          [run = step->run](const dnnl_exec_arg_t* args, int count) {
+            run(custom_step_data(args, count, DNNL_ARG_FROM),
+                custom_step_data(args, count, DNNL_ARG_TO));
+            return dnnl_success;
+          },
+          {{DNNL_ARG_FROM, as_is}, {DNNL_ARG_TO, dst}}, dnnl::primitive::kind::reduction);
+      values.produced(y, dst);
+      return;
+    }
+  }
   const std::optional<Dims> strides = dim_strides(as_is.get_desc());
   const bool whole_dims = strides && as_is.get_desc().dims() == to_dims(xs);
   std::optional<dnnl::reduction::primitive_desc> pd;
