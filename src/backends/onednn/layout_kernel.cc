@@ -17,6 +17,7 @@
 #include <numeric>
 #include <optional>
 
+#include "backends/onednn/dense_concat.h"
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/kernels.h"
 #include "backends/onednn/small_reduction.h"
@@ -379,6 +380,27 @@ void emit_concat(const Graph& sub, ValueMemories& values) {
     mds.push_back(srcs.back().get_desc());
   }
   if (srcs.empty()) fail(ErrorKind::kUnsupported, "onednn: Concat of empty inputs");
+  // Dense parts of one plain layout: copies of their runs (dense_concat.h).
+  const dnnl::memory::desc like_parts = layout_like(mds[0], ys);
+  if (std::optional<DenseConcat> join = dense_concat(mds, like_parts, static_cast<int>(axis))) {
+    const dnnl::memory dst = values.fresh_destination(y, like_parts);
+    std::vector<std::pair<int, dnnl::memory>> args = {{DNNL_ARG_DST, dst}};
+    for (size_t i = 0; i < srcs.size(); ++i)
+      args.emplace_back(DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), srcs[i]);
+    const int parts = static_cast<int>(srcs.size());
+    values.program().add_custom(
+        kDenseConcatStep,
+        [join = std::move(*join), parts](const dnnl_exec_arg_t* args, int count) {
+          std::vector<const float*> in(static_cast<size_t>(parts));
+          for (int i = 0; i < parts; ++i)
+            in[static_cast<size_t>(i)] = custom_step_data(args, count, DNNL_ARG_MULTIPLE_SRC + i);
+          join(in, custom_step_data(args, count, DNNL_ARG_DST));
+          return dnnl_success;
+        },
+        std::move(args), dnnl::primitive::kind::concat);
+    values.produced(y, dst);
+    return;
+  }
   std::vector<dnnl::memory::desc> candidates = concat_layouts(mds, ys, axis);
   // The first layout oneDNN concatenates into with an optimized kernel, else the first it
   // takes at all: row-major inputs (CBAM's channel mean and max maps) into the channels-last
