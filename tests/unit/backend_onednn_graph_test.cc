@@ -93,6 +93,29 @@ TEST(OnednnGraphBackend, IntermediateValueIsAlsoAnOutput) {
   expect_like_reference(b.graph(), "intermediate output");
 }
 
+// A blocked value flattened into a graph output (a heatmap going to a TopK in another
+// kernel) is reordered straight into the output: one reorder there, not a reorder into a
+// buffer and a copy. Also when the flattened value is read inside too (a Sigmoid of it, an
+// output of its own), and when the blocked value itself is an output as well.
+TEST(OnednnGraphBackend, BlockedValueFlattenedIntoAnOutputIsOneReorder) {
+  for (int variant = 0; variant < 3; ++variant) {
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 16, 9, 11});
+    ValueId heat = b.add1("Relu", {conv(b, x, 16, 32, 3)});
+    ValueId flat = b.add1("Flatten", {heat}, {{"axis", attr_i(1)}});
+    b.output(flat);
+    if (variant == 1) b.output(b.add1("Sigmoid", {flat}));
+    if (variant == 2) b.output(heat);
+    const std::string what = "flattened into an output, variant " + std::to_string(variant);
+    expect_like_reference(b.graph(), what);
+    const testing::ProgramSteps steps =
+        testing::steps_of(*onednn_graph().compile(b.graph(), testing::test_options()));
+    // The input's reorder into the conv's layout, the heatmap's into the output(s).
+    EXPECT_EQ(steps.count(dnnl::primitive::kind::reorder), variant == 2 ? 3 : 2)
+        << what << ": " << ::testing::PrintToString(steps.implementations);
+  }
+}
+
 TEST(OnednnGraphBackend, BranchesEltwiseAndGemm) {
   // Two branches off one value (each reads it blocked), a binary Add of two computed values,
   // a per-channel Mul, then Flatten -> Gemm reading the pooled value row-major.

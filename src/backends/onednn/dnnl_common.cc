@@ -71,8 +71,9 @@ std::string backend_version() {
   // Cos steps are vectorized (util/fast_math.h's fast_sin_or_cos). 39: TopK (top_k.h). 40:
   // depthwise 3-D convs as collage's own step (depthwise_conv3d.h). 41: sums and means over
   // a few elements per output as collage's step (small_reduction.h). 42: concatenations of
-  // dense parts of one plain layout as collage's copies (dense_concat.h).
-  constexpr int kKernelRevision = 42;
+  // dense parts of one plain layout as collage's copies (dense_concat.h). 43: a blocked value
+  // flattened into a bound output is reordered straight into it (value_memories.cc).
+  constexpr int kKernelRevision = 43;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

@@ -228,6 +228,27 @@ dnnl::memory ValueMemories::fresh_destination(ValueId v, const dnnl::memory::des
 
 void ValueMemories::reshape(ValueId out, ValueId in, const Shape& shape) {
   const dnnl::memory::desc md = plain_md(shape);
+  if (has(out)) {
+    // A blocked value flattened into a bound output (a detector's heatmap going to a TopK
+    // outside the kernel): one reorder straight into the output, which is the value's
+    // row-major form too, instead of a reorder into a buffer and a copy (CenterNet's
+    // 1x80x128x128 heatmap: 0.52 + 0.23 ms). Later readers of that form read it there.
+    Entry& source = at(in);
+    const Entry& target = at(out);
+    const dnnl::memory::desc in_plain = plain_md(dims_of(source.primary.memory.get_desc()));
+    const bool has_plain =
+        is_plain(source.primary.memory.get_desc()) ||
+        std::any_of(source.copies.begin(), source.copies.end(),
+                    [](const BoundMemory& c) { return is_plain(c.memory.get_desc()); });
+    if (!has_plain && !target.home && target.primary.output >= 0 &&
+        is_plain(target.primary.memory.get_desc()) &&
+        target.primary.memory.get_desc().get_size() == in_plain.get_size()) {
+      const dnnl::memory into = view_of(target.primary, in_plain);
+      program_->copy(source.primary.memory, into);
+      source.copies.push_back(BoundMemory{into, -1, target.primary.output});
+      return;
+    }
+  }
   BoundMemory src = plain(in);
   if (has(out)) {
     dnnl::memory dst = destination(out, md);
