@@ -1,7 +1,5 @@
 #include "backends/onednn/channel_transpose.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdint>
 
@@ -49,12 +47,7 @@ void transpose_pixels(const float* from, float* to, int64_t images, int64_t pixe
       }
     }
   };
-  if (omp_in_parallel() || items == 1) {  // a lane of a concurrent stage: this thread alone
-    for (int64_t i = 0; i < items; ++i) item(i);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < items; ++i) item(i);
+  for_each_item(items, item);
 }
 
 template <bool kToLast>

@@ -1,11 +1,11 @@
 #include "backends/onednn/dense_concat.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+
+#include "backends/onednn/dnnl_common.h"
 
 namespace collage::onednn {
 namespace {
@@ -78,14 +78,6 @@ std::optional<DenseConcat> dense_concat(const std::vector<dnnl::memory::desc>& p
   std::vector<int64_t> starts(runs.size(), 0);
   for (size_t i = 1; i < runs.size(); ++i) starts[i] = starts[i - 1] + runs[i - 1];
   const int64_t shortest = *std::min_element(runs.begin(), runs.end());
-  auto run_items = [](int64_t items, const auto& item) {
-    if (omp_in_parallel() || items == 1) {  // a lane of a concurrent stage: this thread alone
-      for (int64_t i = 0; i < items; ++i) item(i);
-      return;
-    }
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < items; ++i) item(i);
-  };
   if (shortest >= kLongRunPiece / 4) {
     // Long runs: each (outer index, part) run cut into pieces of kLongRunPiece floats.
     struct Piece {
@@ -98,8 +90,8 @@ std::optional<DenseConcat> dense_concat(const std::vector<dnnl::memory::desc>& p
         for (int64_t at = 0; at < runs[p]; at += kLongRunPiece)
           pieces.push_back({p, i * runs[p] + at, i * out_run + starts[p] + at,
                             std::min(kLongRunPiece, runs[p] - at)});
-    return [pieces = std::move(pieces), run_items](const std::vector<const float*>& in, float* y) {
-      run_items(static_cast<int64_t>(pieces.size()), [&](int64_t i) {
+    return [pieces = std::move(pieces)](const std::vector<const float*>& in, float* y) {
+      for_each_item(static_cast<int64_t>(pieces.size()), [&](int64_t i) {
         const Piece& c = pieces[static_cast<size_t>(i)];
         std::memcpy(y + c.to, in[c.part] + c.from, static_cast<size_t>(c.length) * sizeof(float));
       });
@@ -108,9 +100,9 @@ std::optional<DenseConcat> dense_concat(const std::vector<dnnl::memory::desc>& p
   // Short runs: blocks of outer indices, each joining its parts' runs in turn.
   const int64_t per_item = std::max<int64_t>(1, kShortRunItem / out_run);
   const int64_t items = (outer + per_item - 1) / per_item;
-  return [runs, starts, out_run, outer, per_item, items, run_items](
-             const std::vector<const float*>& in, float* y) {
-    run_items(items, [&](int64_t item) {
+  return [runs, starts, out_run, outer, per_item, items](const std::vector<const float*>& in,
+                                                         float* y) {
+    for_each_item(items, [&](int64_t item) {
       const int64_t end = std::min(outer, (item + 1) * per_item);
       for (int64_t i = item * per_item; i < end; ++i)
         for (size_t p = 0; p < runs.size(); ++p)

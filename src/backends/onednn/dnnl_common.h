@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include <omp.h>
 #include <dnnl.hpp>
 
 #include "backends/onednn/lanes.h"
@@ -287,6 +288,19 @@ class ProgramKernel : public Kernel {
  private:
   Program program_;
 };
+
+// Runs item(0) .. item(items - 1) of a custom step over the calling thread's OpenMP team,
+// statically split; on this thread alone inside a parallel region (a lane of a concurrent
+// stage runs its steps on one thread each) or for a single item.
+template <typename Item>
+void for_each_item(int64_t items, const Item& item) {
+  if (omp_in_parallel() || items == 1) {
+    for (int64_t i = 0; i < items; ++i) item(i);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < items; ++i) item(i);
+}
 
 // The float data of argument `arg` of a custom step's `args` (as Program::add_custom bound
 // them), or nullptr when the step has no such argument.

@@ -1,7 +1,5 @@
 #include "backends/onednn/small_reduction.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <numeric>
 
@@ -56,12 +54,7 @@ void run_plan(const Plan& p, const float* from, float* to) {
       reduce_row(p, from + at, to + row * p.inner);
     }
   };
-  if (omp_in_parallel() || items == 1) {  // a lane of a concurrent stage: this thread alone
-    for (int64_t it = 0; it < items; ++it) item(it);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t it = 0; it < items; ++it) item(it);
+  for_each_item(items, item);
 }
 
 }  // namespace
@@ -127,9 +120,8 @@ std::optional<SmallReduction> small_reduction(const dnnl::memory::desc& in,
   for (int64_t k = rank - 1; k >= 0; --k) {
     const auto d = static_cast<size_t>(k);
     if (!reduced[d] && dims[d] > 1) continue;
-    all_strides[d] = d + 1 < dims.size()
-                         ? all_strides[d + 1] * (reduced[d + 1] ? 1 : dims[d + 1])
-                         : 1;
+    all_strides[d] =
+        d + 1 < dims.size() ? all_strides[d + 1] * (reduced[d + 1] ? 1 : dims[d + 1]) : 1;
   }
   Dims out_dims, out_strides;
   for (size_t k = 0; k < dims.size(); ++k) {
