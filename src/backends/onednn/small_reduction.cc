@@ -103,8 +103,8 @@ std::optional<SmallReduction> small_reduction(const dnnl::memory::desc& in,
   for (int64_t a : axes) {
     const auto d = static_cast<size_t>(a);
     std::vector<int64_t> more;
-    for (int64_t i = 0; i < dims[d]; ++i)
-      for (int64_t base : plan.slices) more.push_back(base + i * strides[d]);
+    for (int64_t base : plan.slices)  // row-major over the reduced axes: the reference's order
+      for (int64_t i = 0; i < dims[d]; ++i) more.push_back(base + i * strides[d]);
     plan.slices = std::move(more);
   }
   // The output: dense in the kept dims' order. A unit dim (a reduced one kept as 1, or one
