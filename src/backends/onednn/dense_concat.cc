@@ -19,18 +19,16 @@ constexpr int64_t kShortRunItem = 4 * 1024;
 // plain strides and no offset; empty otherwise.
 std::vector<int> memory_order(const dnnl::memory::desc& md) {
   const dnnl_memory_desc_t& d = md.data;
-  if (d.format_kind != dnnl_blocked || d.format_desc.blocking.inner_nblks != 0 ||
-      d.data_type != dnnl_f32 || d.offset0 != 0 || d.ndims == 0)
-    return {};
+  const std::optional<Dims> strides = plain_strides(md);
+  if (!strides || d.data_type != dnnl_f32 || d.offset0 != 0 || d.ndims == 0) return {};
   int64_t numel = 1;
   for (int k = 0; k < d.ndims; ++k) numel *= d.dims[k];
   if (static_cast<int64_t>(md.get_size()) != numel * static_cast<int64_t>(sizeof(float))) return {};
   std::vector<int> order(static_cast<size_t>(d.ndims));
   std::iota(order.begin(), order.end(), 0);
   // Ties (dims of 1) by position: what matters is that the dims of more than one agree.
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return d.format_desc.blocking.strides[a] > d.format_desc.blocking.strides[b];
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return (*strides)[a] > (*strides)[b]; });
   std::vector<int> wide;
   for (int k : order)
     if (d.dims[k] > 1) wide.push_back(k);

@@ -457,6 +457,12 @@ float* custom_step_data(const dnnl_exec_arg_t* args, int count, int arg) {
   return static_cast<float*>(p);
 }
 
+std::optional<Dims> plain_strides(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked || d.format_desc.blocking.inner_nblks != 0) return std::nullopt;
+  return Dims(d.format_desc.blocking.strides, d.format_desc.blocking.strides + d.ndims);
+}
+
 bool flat_f32(const dnnl::memory& m, int64_t numel) {
   const dnnl::memory::desc md = m.get_desc();
   return md.data.data_type == dnnl_f32 && md.data.offset0 == 0 &&

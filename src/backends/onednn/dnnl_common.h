@@ -305,6 +305,9 @@ void for_each_item(int64_t items, const Item& item) {
 // The float data of argument `arg` of a custom step's `args` (as Program::add_custom bound
 // them), or nullptr when the step has no such argument.
 float* custom_step_data(const dnnl_exec_arg_t* args, int count, int arg);
+// The stride of each dim of `md` when its layout has no inner blocks (row-major,
+// channels-last, any order of whole dims), its offset aside; else nullopt.
+std::optional<Dims> plain_strides(const dnnl::memory::desc& md);
 // Whether memory `m` holds `numel` float32 elements one after another from its data handle
 // on (no offset, no gaps, no padding): what a custom step walking its buffer as a flat array
 // (custom_step_data) may be given.

@@ -247,10 +247,8 @@ std::optional<ShuffleSpec> shuffle_spec(const Graph& g,
 // The stride of each dim of `md` when its layout has no inner blocks (row-major,
 // channels-last, any order of whole dims), else nullopt.
 std::optional<Dims> dim_strides(const dnnl::memory::desc& md) {
-  const dnnl_memory_desc_t& d = md.data;
-  if (d.format_kind != dnnl_blocked || d.format_desc.blocking.inner_nblks != 0 || d.offset0 != 0)
-    return std::nullopt;
-  return Dims(d.format_desc.blocking.strides, d.format_desc.blocking.strides + d.ndims);
+  if (md.data.offset0 != 0) return std::nullopt;
+  return plain_strides(md);
 }
 
 // The strides of `dims` (strides `strides`) with dim `at` split into `parts`, outer first.

@@ -62,15 +62,12 @@ void run_plan(const Plan& p, const float* from, float* to) {
 std::optional<SmallReduction> small_reduction(const dnnl::memory::desc& in,
                                               const std::vector<int64_t>& axes, bool mean,
                                               bool keepdims) {
-  const dnnl_memory_desc_t& d = in.data;
-  if (d.format_kind != dnnl_blocked || d.format_desc.blocking.inner_nblks != 0 ||
-      d.data_type != dnnl_f32)
-    return std::nullopt;
+  const std::optional<Dims> plain = plain_strides(in);
+  if (!plain || in.data.data_type != dnnl_f32) return std::nullopt;
+  const Dims& strides = *plain;
   const Dims dims = in.dims();
-  const Dims strides(d.format_desc.blocking.strides, d.format_desc.blocking.strides + d.ndims);
   const int64_t rank = static_cast<int64_t>(dims.size());
   std::vector<bool> reduced(dims.size(), false);
-  if (static_cast<int64_t>(strides.size()) != rank) return std::nullopt;
   int64_t count = 1;
   for (int64_t a : axes) {
     if (a < 0 || a >= rank) return std::nullopt;
