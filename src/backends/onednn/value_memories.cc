@@ -48,11 +48,16 @@ dnnl::memory ValueMemories::view_of(const BoundMemory& b, const dnnl::memory::de
   return dnnl::memory(md, cpu_engine(), b.memory.get_data_handle());
 }
 
+const BoundMemory* ValueMemories::plain_form(const Entry& e) {
+  if (is_plain(e.primary.memory.get_desc())) return &e.primary;
+  for (const BoundMemory& c : e.copies)
+    if (is_plain(c.memory.get_desc())) return &c;
+  return nullptr;
+}
+
 BoundMemory ValueMemories::plain(ValueId v) {
   Entry& e = at(v);
-  if (is_plain(e.primary.memory.get_desc())) return e.primary;
-  for (const BoundMemory& c : e.copies)
-    if (is_plain(c.memory.get_desc())) return c;
+  if (const BoundMemory* made = plain_form(e)) return *made;
   dnnl::memory m = program_->rewritten_buffer(plain_md(dims_of(e.primary.memory.get_desc())));
   program_->copy(e.primary.memory, m);
   e.copies.push_back(BoundMemory{m});
@@ -236,11 +241,7 @@ void ValueMemories::reshape(ValueId out, ValueId in, const Shape& shape) {
     Entry& source = at(in);
     const Entry& target = at(out);
     const dnnl::memory::desc in_plain = plain_md(dims_of(source.primary.memory.get_desc()));
-    const bool has_plain =
-        is_plain(source.primary.memory.get_desc()) ||
-        std::any_of(source.copies.begin(), source.copies.end(),
-                    [](const BoundMemory& c) { return is_plain(c.memory.get_desc()); });
-    if (!has_plain && !target.home && target.primary.output >= 0 &&
+    if (!plain_form(source) && !target.home && target.primary.output >= 0 &&
         is_plain(target.primary.memory.get_desc()) &&
         target.primary.memory.get_desc().get_size() == in_plain.get_size()) {
       const dnnl::memory into = view_of(target.primary, in_plain);

@@ -122,6 +122,8 @@ class ValueMemories {
   Entry& at(ValueId v);
   // The row-major form of `v`, made by a reorder if it has none yet.
   BoundMemory plain(ValueId v);
+  // The row-major form `e` has already (its own layout or a copy made), else nullptr.
+  static const BoundMemory* plain_form(const Entry& e);
   dnnl::memory view_of(const BoundMemory& b, const dnnl::memory::desc& md);
 
   Program* program_;
