@@ -858,6 +858,65 @@ TEST(OnednnGraphBackend, ConvWithTwoResidualsOfConvsInRegion) {
   }
 }
 
+// A conv reading another conv's output (channels-last or blocked), then a binary op whose
+// other operand is a constant or a region input of a random broadcast shape, in either
+// order: like reference. oneDNN 2.6's gemm convolution (what it offers where brgconv takes
+// no such post-op) added an operand varying over space at the wrong positions in a
+// channels-last output (RAFT's flow head: a conv plus a coordinate grid), so that op runs
+// apart there. Also a ConvTranspose and a 3-D conv before the op.
+TEST(OnednnGraphBackend, SpatialBinaryOperandAfterAConvLikeReference) {
+  std::mt19937 rng(20261207);
+  auto one_of = [&rng](std::vector<int64_t> options) { return options[rng() % options.size()]; };
+  const std::vector<std::string> ops = {"Add", "Mul", "Sub", "Max"};
+  for (int trial = 0; trial < 24; ++trial) {
+    const int64_t c0 = one_of({3, 16}), c1 = one_of({8, 16, 32}), c2 = one_of({2, 16});
+    const int64_t h = one_of({5, 8, 13}), k2 = one_of({1, 3});
+    const int kind = trial % 4;  // 0, 1: conv -> conv; 2: conv -> ConvTranspose; 3: 3-D
+    const bool three_d = kind == 3;
+    GraphBuilder b;
+    const Shape xs = three_d ? Shape{1, c0, 4, h, h} : Shape{1, c0, h, h};
+    ValueId x = b.input("x", DType::kFloat32, xs);
+    const Shape k1 = three_d ? Shape{c1, c0, 3, 3, 3} : Shape{c1, c0, 3, 3};
+    const std::vector<int64_t> p1(2 * (xs.size() - 2), 1);
+    ValueId y =
+        b.add1("Relu",
+               {b.add1("Conv", {x, b.random_constant("w1", k1, 0.2f)}, {{"pads", attr_ints(p1)}})});
+    if (kind == 2) {
+      y = b.add1("ConvTranspose", {y, b.random_constant("w2", {c1, c2, 2, 2}, 0.2f)},
+                 {{"strides", attr_ints({2, 2})}});
+    } else {
+      Shape k = three_d ? Shape{c2, c1, 1, k2, k2} : Shape{c2, c1, k2, k2};
+      std::vector<int64_t> p2(2 * (xs.size() - 2), k2 / 2);
+      if (three_d) p2[0] = p2[p2.size() / 2] = 0;
+      y = b.add1("Conv", {y, b.random_constant("w2", k, 0.2f), b.random_constant("b2", {c2})},
+                 {{"pads", attr_ints(p2)}});
+    }
+    // The operand: each dim past the batch the output's or 1 (not all 1).
+    Shape operand = b.graph().value(y).shape;
+    for (size_t d = 1; d < operand.size(); ++d)
+      if (rng() % 2) operand[d] = 1;
+    if (std::all_of(operand.begin() + 2, operand.end(), [](int64_t d) { return d == 1; }))
+      operand.back() = b.graph().value(y).shape.back();
+    const bool runtime = rng() % 3 == 0;
+    ValueId other =
+        runtime ? b.input("other", DType::kFloat32, operand) : b.random_constant("k", operand);
+    const std::string op = ops[rng() % ops.size()];
+    b.output(rng() % 2 ? b.add1(op, {other, y}) : b.add1(op, {y, other}));
+    const std::string what =
+        fmt::format("trial {}: {} -> {} with a {} {} {}", trial, shape_to_string(xs),
+                    kind == 2 ? "ConvTranspose" : "conv", runtime ? "runtime" : "constant",
+                    shape_to_string(operand), op);
+    testing::expect_like_reference(onednn_graph(), b.graph(), what);
+    // oneDNN's reference loops only where its binary primitive has no jit kernel for the
+    // broadcast (a [1,1,H,W] operand of a channels-last value), never the conv's.
+    const testing::ProgramSteps steps =
+        testing::steps_of(*onednn_graph().compile(b.graph(), testing::test_options()));
+    for (size_t i = 0; i < steps.kinds.size(); ++i)
+      if (onednn::is_reference_impl(steps.implementations[i]))
+        EXPECT_EQ(steps.kinds[i], dnnl::primitive::kind::binary)
+            << what << ": " << ::testing::PrintToString(steps.implementations);
+  }
+}
 // Each glue op alone on the op-level onednn backend: a plan never needs reference for it.
 TEST(OnednnGraphBackend, GlueOpsAloneOnOnednn) {
   Backend& onednn = BackendRegistry::global().get("onednn");

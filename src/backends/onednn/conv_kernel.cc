@@ -420,6 +420,16 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
   }
   if (sub.num_nodes() > 1 && is_reference_impl(pd->impl_info_str()))
     fail(ErrorKind::kUnsupported, "onednn: no optimized {} with these post-ops", node.op_type);
+  // oneDNN 2.6's gemm-based convolution writing channels-last adds a binary post-op's
+  // operand that varies over space at the wrong positions (RAFT's flow head, a 3x3 conv
+  // plus a constant coordinate grid, was off by the grid; any [1,C|1,H|1,W|1] operand after
+  // a conv reading channels-last came out wrong). There the op runs as a primitive of its own
+  // (the group is retried with a shorter tail).
+  if (std::string(pd->impl_info_str()).find("gemm") != std::string::npos &&
+      !is_plain(pd->dst_desc()) && varies_over_space(tail.ops))
+    fail(ErrorKind::kUnsupported,
+         "onednn: oneDNN 2.6's gemm convolution misplaces a spatial post-op operand in a "
+         "channels-last output");
 
   // Constant weights are converted once, now; computed ones (a modulated or dynamic conv) by
   // a reorder step each run.

@@ -72,8 +72,10 @@ std::string backend_version() {
   // depthwise 3-D convs as collage's own step (depthwise_conv3d.h). 41: sums and means over
   // a few elements per output as collage's step (small_reduction.h). 42: concatenations of
   // dense parts of one plain layout as collage's copies (dense_concat.h). 43: a blocked value
-  // flattened into a bound output is reordered straight into it (value_memories.cc).
-  constexpr int kKernelRevision = 43;
+  // flattened into a bound output is reordered straight into it (value_memories.cc). 44: a
+  // gemm convolution writing channels-last takes no post-op operand varying over space (it
+  // misplaced it: conv_kernel.cc); failures cached for such groups are tried again.
+  constexpr int kKernelRevision = 44;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

@@ -538,6 +538,14 @@ BoundPostOps bind_post_ops(const std::vector<PostOp>& unfolded, const Shape& dst
   return bound;
 }
 
+bool varies_over_space(const std::vector<PostOp>& ops) {
+  return std::any_of(ops.begin(), ops.end(), [](const PostOp& op) {
+    return op.kind == PostOp::Kind::kBinary && op.operand_shape.size() > 2 &&
+           std::any_of(op.operand_shape.begin() + 2, op.operand_shape.end(),
+                       [](int64_t d) { return d != 1; });
+  });
+}
+
 std::optional<std::vector<float>> take_channel_bias(std::vector<PostOp>& ops, size_t axis,
                                                     int64_t channels) {
   if (ops.empty() || ops[0].kind != PostOp::Kind::kBinary || !ops[0].constant.defined() ||

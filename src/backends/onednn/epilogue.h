@@ -142,6 +142,10 @@ void add_layout_following(const Tail& tail, const Shape& out_shape, const dnnl::
   values.produced(tail.out, dst);
 }
 
+// Whether a binary post-op of `ops` has an operand that varies along a dim past the
+// channels (index 2 on: the spatial dims of a conv's output).
+bool varies_over_space(const std::vector<PostOp>& ops);
+
 // Removes a leading "add a constant broadcast along `axis` only" from `ops` and returns it
 // as a per-channel vector of `channels` values (a bias the primitive adds itself).
 std::optional<std::vector<float>> take_channel_bias(std::vector<PostOp>& ops, size_t axis,
