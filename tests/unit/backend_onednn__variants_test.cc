@@ -132,11 +132,22 @@ TEST(OnednnVariants, WinogradOfferedOnlyWhereOnednnTakesIt) {
   };
   for (Case c :
        {Case{"1x1", 1, 1, 0, 1}, Case{"stride 2", 3, 2, 1, 1}, Case{"5x5", 5, 1, 2, 1},
-        Case{"pad 2", 3, 1, 2, 1}, Case{"grouped", 3, 1, 1, 2}, Case{"depthwise", 3, 1, 1, 16}}) {
+        Case{"pad 3", 3, 1, 3, 1}, Case{"grouped", 3, 1, 1, 2}, Case{"depthwise", 3, 1, 1, 16}}) {
     GraphBuilder b;
     ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
     b.output(conv(b, x, 16, 16, c.k, c.stride, c.pad, c.group));
     EXPECT_EQ(variants_of(onednn(), b), plain) << c.what;
+  }
+  for (auto [dilation, pad] : {std::pair{1, 2}, std::pair{2, 2}, std::pair{3, 6}}) {
+    // Collage's Winograd (not oneDNN's) takes pads up to the dilated taps' span.
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {1, 16, 8, 8});
+    b.output(b.add1("Relu", {b.add1("Conv", {x, b.random_constant("w", {16, 16, 3, 3})},
+                                    {{"pads", attr_ints({pad, pad, pad, pad})},
+                                     {"dilations", attr_ints({dilation, dilation})}})}));
+    EXPECT_EQ(variants_of(onednn(), b), both) << "dilation " << dilation << ", pad " << pad;
+    EXPECT_EQ(variants_of(onednn_graph(), b), both_tiles)
+        << "dilation " << dilation << ", pad " << pad;
   }
   {
     // oneDNN's Winograd primitive takes no Clip post-op, collage's F(4x4, 3x3) does, after a
@@ -879,6 +890,48 @@ TEST(OnednnVariants, WinogradFactorizedConvsRandomizedLikeReference) {
         expect_like_reference(onednn_graph(), b.graph(), variant, what);
         EXPECT_LT(scaled_error(run_variant(onednn_graph(), b.graph(), variant)), 1e-4) << what;
       }
+    }
+  }
+}
+
+TEST(OnednnVariants, WinogradDilatedConvsRandomizedLikeReference) {
+  // Atrous convs (DeepLab, FCN): each phase of the dilation an undilated conv of its own.
+  // Dilations 1-6 per axis (one axis only in some), sizes off the tiles and under a phase's
+  // tile, pads 0 .. the dilated span on either side, a bias, Relu or a residual Add: one
+  // Winograd step of the variant's tile, the reference's outputs. A tile's stride, its
+  // phase, or an input row read one phase off fails here.
+  std::mt19937 rng(53);
+  for (int trial = 0; trial < 16; ++trial) {
+    const auto [kh, kw] = trial % 4 == 3 ? std::pair{1, 3} : std::pair{3, 3};
+    const int64_t dh = pick(rng, 1, 6), dw = trial % 4 == 1 ? 1 : pick(rng, 2, 6);
+    const int64_t c = pick(rng, 1, 40), m = pick(rng, 1, 40), n = pick(rng, 1, 2);
+    const std::vector<int64_t> pads = {pick(rng, 0, dh * (kh - 1)), pick(rng, 0, dw * (kw - 1)),
+                                       pick(rng, 0, dh * (kh - 1)), pick(rng, 0, dw * (kw - 1))};
+    const int64_t h = pick(rng, std::max<int64_t>(1, dh * (kh - 1) + 1 - pads[0] - pads[2]), 26),
+                  w = pick(rng, std::max<int64_t>(1, dw * (kw - 1) + 1 - pads[1] - pads[3]), 26);
+    GraphBuilder b;
+    ValueId x = b.input("x", DType::kFloat32, {n, c, h, w});
+    ValueId y = b.add1(
+        "Conv", {x, b.random_constant("w", {m, c, kh, kw}, 0.3f), b.random_constant("b", {m})},
+        {{"pads", attr_ints(pads)}, {"dilations", attr_ints({dh, dw})}});
+    const bool residual = trial % 2 == 1;
+    if (residual)
+      y = b.add1("Add", {b.input("r", DType::kFloat32, b.graph().value(y).shape), y});
+    b.output(b.add1("Relu", {y}));
+    for (auto [variant, step] : {std::pair{"winograd", onednn::kWinogradF43Step},
+                                 std::pair{"winograd2x2", onednn::kWinogradF23Step}}) {
+      const std::string what = fmt::format(
+          "{} {}x{} dilated {}x{}: n{} c{} m{} {}x{} pads {},{},{},{}{}", variant, kh, kw, dh, dw,
+          n, c, m, h, w, pads[0], pads[1], pads[2], pads[3], residual ? " + residual" : "");
+      EXPECT_EQ(compiled_steps(onednn_graph(), b.graph(), variant).count(step), 1) << what;
+      expect_like_reference(onednn_graph(), b.graph(), variant, what);
+      EXPECT_LT(scaled_error(run_variant(onednn_graph(), b.graph(), variant)), 1e-4) << what;
+    }
+    if (kh == 3) {
+      const std::string what = fmt::format("op-level onednn, dilated {}x{}", dh, dw);
+      EXPECT_EQ(compiled_steps(onednn(), b.graph(), "winograd").count(onednn::kWinogradF43Step), 1)
+          << what;
+      expect_like_reference(onednn(), b.graph(), "winograd", what);
     }
   }
 }

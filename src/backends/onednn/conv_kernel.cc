@@ -285,8 +285,8 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
       algorithm == ConvAlgorithm::kWinograd || algorithm == ConvAlgorithm::kWinograd2x2;
   if (winograd && !winograd_conv_shape(sub, node))
     fail(ErrorKind::kUnsupported,
-         "onednn: Winograd needs a 2-D 3x3, 1x3, 3x1, 1x7 or 7x1 stride-1 undilated single-group "
-         "Conv with pads under its taps (3x3: at most 1)");
+         "onednn: Winograd needs a 2-D 3x3, 1x3, 3x1, 1x7 or 7x1 stride-1 single-group Conv "
+         "with constant weights and pads within its dilated taps");
 
   std::vector<bool> covered(sub.num_nodes(), false);
   covered[0] = true;

@@ -74,8 +74,10 @@ std::string backend_version() {
   // dense parts of one plain layout as collage's copies (dense_concat.h). 43: a blocked value
   // flattened into a bound output is reordered straight into it (value_memories.cc). 44: a
   // gemm convolution writing channels-last takes no post-op operand varying over space (it
-  // misplaced it: conv_kernel.cc); failures cached for such groups are tried again.
-  constexpr int kKernelRevision = 44;
+  // misplaced it: conv_kernel.cc); failures cached for such groups are tried again. 45:
+  // collage's Winograd takes dilated convs and pads up to the dilated taps' span, so a
+  // region's "winograd" variant builds more of its convs with it (winograd_conv.h).
+  constexpr int kKernelRevision = 45;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

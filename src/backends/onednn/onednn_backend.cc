@@ -18,6 +18,7 @@
 #include "backends/onednn/squeeze_excite.h"
 #include "backends/onednn/top_k.h"
 #include "backends/onednn/unary_math.h"
+#include "backends/onednn/winograd_conv.h"
 #include "collage/backend.h"
 
 namespace collage::onednn {
@@ -85,12 +86,12 @@ bool shuffle_check(const Graph& g, const Match& m) {
 
 constexpr const char* kWinograd = "winograd";
 
-// A Conv group worth a Winograd measurement: a conv of Winograd's shape whose tail
-// collage's F(4x4, 3x3) (winograd_conv.h) takes: activations (Relu, LeakyRelu, Clip) and a
-// bias or residual Add (oneDNN's Winograd kernels, the fallback for other tails, take Relu
-// and those Adds only).
+// A Conv group worth a Winograd measurement: a 3x3 conv of Winograd's shape (any dilation)
+// whose tail collage's F(4x4, 3x3) (winograd_conv.h) takes: activations (Relu, LeakyRelu,
+// Clip) and a bias or residual Add (oneDNN's Winograd kernels, the fallback for other tails,
+// take Relu and those Adds only).
 bool winograd_group(const Graph& sub) {
-  if (sub.num_nodes() == 0 || !winograd_candidate(sub, sub.node(0))) return false;
+  if (sub.num_nodes() == 0 || !winograd_3x3_shape(sub, sub.node(0))) return false;
   for (size_t i = 1; i < sub.num_nodes(); ++i) {
     const std::string& t = sub.node(static_cast<NodeId>(i)).op_type;
     if (t != "Relu" && t != "LeakyRelu" && t != "Clip" && t != "Add") return false;

@@ -163,7 +163,7 @@ class OnednnGraphBackend : public Backend {
   std::vector<std::string> variants(const Graph& subgraph) const override {
     std::vector<std::string> out = {""};
     if (any_node(subgraph, winograd_conv_shape)) out.push_back(kWinograd);
-    if (any_node(subgraph, winograd_candidate)) out.push_back(kWinograd2x2);
+    if (any_node(subgraph, winograd_3x3_shape)) out.push_back(kWinograd2x2);
     return out;
   }
 

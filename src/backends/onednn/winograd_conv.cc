@@ -51,10 +51,15 @@ dnnl::memory::desc dense_channels_last(const Shape& shape) {
   return dnnl::memory::desc(to_dims(shape), dt::f32, tag::nhwc);
 }
 
+// A dilated conv (dh or dw over 1) is dh x dw undilated ones, one per phase: the outputs whose
+// row is py modulo dh and column px modulo dw read only inputs of that phase, dh rows and dw
+// columns apart. Each phase is tiled on its own; a tile's outputs, and its input's rows and
+// columns, are dh and dw apart.
 struct Geometry {
   int64_t n, c, k, h, w, oh, ow, pad_t, pad_l;
-  int64_t th = 0, tw = 0;  // tiles per column and row: set for the tile (add_winograd_step)
-  int64_t tiles() const { return n * th * tw; }
+  int64_t dh = 1, dw = 1;  // dilations
+  int64_t th = 0, tw = 0;  // tiles per column and row of a phase: set for the tile
+  int64_t tiles() const { return n * dh * dw * th * tw; }
 };
 
 // The tail applied in the output transform, in order: activations, and a residual tensor of
@@ -281,13 +286,16 @@ inline void output_tile(const At& at, Vec (&r)[FH::kOut][FW::kOut], std::index_s
 }
 
 // Tile t's place in the image: its batch index and the top-left output of its block.
+// Where tile `t`'s first output lies: image n, row y, column x (its others dh and dw apart).
 struct TilePlace {
   int64_t n, y, x;
 };
 template <class FH, class FW>
 TilePlace place(const Geometry& g, int64_t t) {
-  const int64_t per_image = g.th * g.tw;
-  return {t / per_image, t % per_image / g.tw * FH::kOut, t % g.tw * FW::kOut};
+  const int64_t per_phase = g.th * g.tw, per_image = g.dh * g.dw * per_phase;
+  const int64_t phase = t % per_image / per_phase, in_phase = t % per_phase;
+  return {t / per_image, phase / g.dw + g.dh * (in_phase / g.tw * FH::kOut),
+          phase % g.dw + g.dw * (in_phase % g.tw * FW::kOut)};
 }
 
 // v[(i*tw + j)][b][c] = (B_h^T d B_w)[i][j] for the input d of tile `first` + b, b < `count`
@@ -304,9 +312,11 @@ void input_block(const Geometry& g, const ChannelsLast& xs, const float* x, int6
     }
     const TilePlace at = place<FH, FW>(g, first + b);
     const int64_t y0 = at.y - g.pad_t, x0 = at.x - g.pad_l;
-    const bool inside = y0 >= 0 && x0 >= 0 && y0 + kH <= g.h && x0 + kW <= g.w;
+    const bool inside =
+        y0 >= 0 && x0 >= 0 && y0 + g.dh * (kH - 1) < g.h && x0 + g.dw * (kW - 1) < g.w;
     // Offsets, not pointers: an edge tile's corner lies outside the input.
     const int64_t corner = xs.offset + at.n * xs.sn + y0 * xs.sh + x0 * xs.sw;
+    const int64_t row = g.dh * xs.sh, column = g.dw * xs.sw;  // between a tile's inputs
     for (int64_t c0 = 0; c0 < g.c; c0 += kLanes) {
       const int64_t lanes = std::min(kLanes, g.c - c0);
       const int64_t base = corner + c0;
@@ -315,14 +325,15 @@ void input_block(const Geometry& g, const ChannelsLast& xs, const float* x, int6
       // A tile wholly inside the image with a full block of channels: no bounds checked.
       if (inside && lanes == kLanes)
         input_tile<FH, FW>(
-            [&](int64_t i, int64_t j) { return load(x + (base + i * xs.sh + j * xs.sw), kLanes); },
+            [&](int64_t i, int64_t j) { return load(x + (base + i * row + j * column), kLanes); },
             [&](int64_t i, int64_t j, Vec u) { store(dst + (i * kW + j) * plane, u, kLanes); },
             std::make_index_sequence<kH>(), std::make_index_sequence<kW>());
       else
         input_tile<FH, FW>(
             [&](int64_t i, int64_t j) {
-              return y0 + i >= 0 && y0 + i < g.h && x0 + j >= 0 && x0 + j < g.w
-                         ? load(x + (base + i * xs.sh + j * xs.sw), lanes)
+              const int64_t y = y0 + g.dh * i, x_at = x0 + g.dw * j;
+              return y >= 0 && y < g.h && x_at >= 0 && x_at < g.w
+                         ? load(x + (base + i * row + j * column), lanes)
                          : Vec{};
             },
             [&](int64_t i, int64_t j, Vec u) { store(dst + (i * kW + j) * plane, u, lanes); },
@@ -360,8 +371,9 @@ void output_block(const Geometry& g, const std::vector<float>& bias,
             [&](int64_t i, int64_t j) { return load(src + (i * kW + j) * plane, lanes); }, r,
             std::make_index_sequence<kH>(), std::make_index_sequence<kW>(),
             std::make_index_sequence<FH::kOut>(), std::make_index_sequence<FW::kOut>());
-      for (int i = 0; i < FH::kOut && at.y + i < g.oh; ++i)
-        for (int j = 0; j < FW::kOut && at.x + j < g.ow; ++j) {
+      for (int i = 0; i < FH::kOut && at.y + g.dh * i < g.oh; ++i)
+        for (int j = 0; j < FW::kOut && at.x + g.dw * j < g.ow; ++j) {
+          const int64_t y = at.y + g.dh * i, x = at.x + g.dw * j;
           Vec o = r[i][j] + bias_k;
           for (const TailOp& t : tail) {
             if (t.kind == TailOp::Kind::kRelu) {
@@ -371,13 +383,11 @@ void output_block(const Geometry& g, const std::vector<float>& bias,
               o = o < lo ? lo : o;
               o = o > hi ? hi : o;
             } else {
-              o += load(io.residual + rs.offset + at.n * rs.sn + (at.y + i) * rs.sh +
-                            (at.x + j) * rs.sw + k0 + kk,
+              o += load(io.residual + rs.offset + at.n * rs.sn + y * rs.sh + x * rs.sw + k0 + kk,
                         lanes);
             }
           }
-          store(io.y + ys.offset + at.n * ys.sn + (at.y + i) * ys.sh + (at.x + j) * ys.sw + k0 + kk,
-                o, lanes);
+          store(io.y + ys.offset + at.n * ys.sn + y * ys.sh + x * ys.sw + k0 + kk, o, lanes);
         }
     }
   }
@@ -576,6 +586,12 @@ bool winograd_conv_takes(const std::vector<PostOp>& ops, const Shape& out) {
   return residuals <= 1;
 }
 
+bool winograd_3x3_shape(const Graph& g, const Node& n) {
+  if (!winograd_conv_shape(g, n)) return false;
+  const Shape& ws = g.value(n.input(1)).shape;
+  return ws[2] == 3 && ws[3] == 3;
+}
+
 bool winograd_conv_shape(const Graph& g, const Node& n) {
   if (winograd_candidate(g, n)) return true;
   if (n.op_type != "Conv" || !n.domain.empty() || n.inputs.size() < 2 ||
@@ -585,17 +601,19 @@ bool winograd_conv_shape(const Graph& g, const Node& n) {
   const Shape& ws = g.value(n.input(1)).shape;
   if (ws.size() != 4) return false;
   const int64_t kh = ws[2], kw = ws[3];
-  if (!((kh == 1 && (kw == 3 || kw == 7)) || (kw == 1 && (kh == 3 || kh == 7)))) return false;
+  if (!(kh == 3 && kw == 3) &&
+      !((kh == 1 && (kw == 3 || kw == 7)) || (kw == 1 && (kh == 3 || kh == 7))))
+    return false;
   for (int64_t s : n.attr_ints("strides", {1, 1}))
     if (s != 1) return false;
-  for (int64_t d : n.attr_ints("dilations", {1, 1}))
-    if (d != 1) return false;
+  const std::vector<int64_t> dilations = n.attr_ints("dilations", {1, 1});
   const std::vector<int64_t> pads = n.attr_ints("pads", {0, 0, 0, 0});
-  if (pads.size() != 4) return false;
+  if (pads.size() != 4 || dilations.size() != 2) return false;
   for (int axis = 0; axis < 2; ++axis) {
-    const int64_t taps = axis == 0 ? kh : kw;
+    const int64_t taps = axis == 0 ? kh : kw, d = dilations[axis];
+    if (d < 1) return false;
     for (int64_t p : {pads[axis], pads[axis + 2]})
-      if (p < 0 || p > taps - 1) return false;
+      if (p < 0 || p > d * (taps - 1)) return false;
   }
   return true;
 }
@@ -608,8 +626,9 @@ void add_winograd_step(Geometry geo, const Tensor& weights, const std::vector<fl
                        std::vector<TailOp> tail, const ChannelsLast& in, const ChannelsLast& out,
                        const ChannelsLast& residual, const char* name, Program& program,
                        std::vector<std::pair<int, dnnl::memory>> args) {
-  geo.th = (geo.oh + FH::kOut - 1) / FH::kOut;
-  geo.tw = (geo.ow + FW::kOut - 1) / FW::kOut;
+  // Each phase's outputs along an axis: at most ceil(outputs / dilation).
+  geo.th = ((geo.oh + geo.dh - 1) / geo.dh + FH::kOut - 1) / FH::kOut;
+  geo.tw = ((geo.ow + geo.dw - 1) / geo.dw + FW::kOut - 1) / FW::kOut;
   auto step =
       std::make_shared<Winograd<FH, FW>>(geo, weights, bias, std::move(tail), in, out, residual);
   program.add_custom(
@@ -638,7 +657,9 @@ void emit_winograd_conv(WinogradTile tile, const Graph& g, const Node& conv,
                      .oh = ys[2],
                      .ow = ys[3],
                      .pad_t = pad_t,
-                     .pad_l = pad_l};
+                     .pad_l = pad_l,
+                     .dh = conv.attr_ints("dilations", {1, 1})[0],
+                     .dw = conv.attr_ints("dilations", {1, 1})[1]};
   std::vector<TailOp> tail;
   ValueId residual = kNoValue;
   for (const PostOp& op : ops) {

@@ -27,11 +27,15 @@
 
 namespace collage::onednn {
 
-// Whether Conv node `n` has a shape collage's Winograd computes: 3x3 as winograd_candidate
-// (F(4x4, 3x3) / F(2x2, 3x3)), or 1x3, 3x1, 1x7, 7x1 (F(1x4, 1x3), ..., F(4x1, 7x1): one axis
-// transformed, Inception's factorized convs), stride 1, undilated, one group, explicit pads
-// of at most the taps - 1.
+// Whether Conv node `n` has a shape collage's Winograd computes: 3x3 (F(4x4, 3x3) /
+// F(2x2, 3x3)), or 1x3, 3x1, 1x7, 7x1 (F(1x4, 1x3), ..., F(4x1, 7x1): one axis transformed,
+// Inception's factorized convs), stride 1, one group, any dilation (each phase of a dilated
+// conv an undilated one: DeepLab's and FCN's atrous convs), pads of at most the dilated
+// taps' span (winograd_candidate's 3x3 forms with auto_pad too).
 bool winograd_conv_shape(const Graph& g, const Node& n);
+
+// Such a conv with a 3x3 filter: where F(2x2, 3x3) is measured besides F(4x4, 3x3).
+bool winograd_3x3_shape(const Graph& g, const Node& n);
 
 // Whether such a conv that emit_conv takes (float32, constant weights), writing an output
 // shaped `out`, can be built here with its tail `ops` after the bias folded in: Relu,
