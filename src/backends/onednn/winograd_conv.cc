@@ -285,7 +285,6 @@ inline void output_tile(const At& at, Vec (&r)[FH::kOut][FW::kOut], std::index_s
   for (int i = 0; i < FH::kOut; ++i) FW::output_1d(s[i][J]..., r[i][P]...);
 }
 
-// Tile t's place in the image: its batch index and the top-left output of its block.
 // Where tile `t`'s first output lies: image n, row y, column x (its others dh and dw apart).
 struct TilePlace {
   int64_t n, y, x;
@@ -649,6 +648,9 @@ void emit_winograd_conv(WinogradTile tile, const Graph& g, const Node& conv,
   const ValueId x = conv.input(0);
   const Shape& xs = g.value(x).shape;
   const Shape& ys = g.value(conv.outputs[0]).shape;
+  const std::vector<int64_t> dilations = conv.attr_ints("dilations", {1, 1});
+  if (dilations.size() != 2)
+    fail(ErrorKind::kInternal, "onednn: a 2-D Winograd conv with {} dilations", dilations.size());
   const Geometry geo{.n = xs[0],
                      .c = xs[1],
                      .k = ys[1],
@@ -658,8 +660,8 @@ void emit_winograd_conv(WinogradTile tile, const Graph& g, const Node& conv,
                      .ow = ys[3],
                      .pad_t = pad_t,
                      .pad_l = pad_l,
-                     .dh = conv.attr_ints("dilations", {1, 1})[0],
-                     .dw = conv.attr_ints("dilations", {1, 1})[1]};
+                     .dh = dilations[0],
+                     .dw = dilations[1]};
   std::vector<TailOp> tail;
   ValueId residual = kNoValue;
   for (const PostOp& op : ops) {
