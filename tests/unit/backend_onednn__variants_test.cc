@@ -915,8 +915,7 @@ TEST(OnednnVariants, WinogradDilatedConvsRandomizedLikeReference) {
         "Conv", {x, b.random_constant("w", {m, c, kh, kw}, 0.3f), b.random_constant("b", {m})},
         {{"pads", attr_ints(pads)}, {"dilations", attr_ints({dh, dw})}});
     const bool residual = trial % 2 == 1;
-    if (residual)
-      y = b.add1("Add", {b.input("r", DType::kFloat32, b.graph().value(y).shape), y});
+    if (residual) y = b.add1("Add", {b.input("r", DType::kFloat32, b.graph().value(y).shape), y});
     b.output(b.add1("Relu", {y}));
     for (auto [variant, step] : {std::pair{"winograd", onednn::kWinogradF43Step},
                                  std::pair{"winograd2x2", onednn::kWinogradF23Step}}) {
@@ -934,6 +933,34 @@ TEST(OnednnVariants, WinogradDilatedConvsRandomizedLikeReference) {
       expect_like_reference(onednn(), b.graph(), "winograd", what);
     }
   }
+}
+
+TEST(OnednnVariants, WinogradWithLargeWeightsLikeReference) {
+  // Transformed weights over 8 MB (512 -> 512: 38 MB for F(4x4), 17 for F(2x2)): tile
+  // blocks of a thread's share of the tiles, on 1-3 threads, undilated and dilated, with a
+  // residual Add. A block that skips or repeats tiles fails here.
+  for (int threads : {1, 2, 3}) {
+    use_threads_on_this_thread(threads);  // the team the step's blocks are sized for
+    for (int64_t dilation : {1, 2}) {
+      GraphBuilder b;
+      ValueId x = b.input("x", DType::kFloat32, {1, 512, 22, 26});
+      ValueId y = b.add1(
+          "Conv",
+          {x, b.random_constant("w", {512, 512, 3, 3}, 0.05f), b.random_constant("b", {512})},
+          {{"pads", attr_ints({dilation, dilation, dilation, dilation})},
+           {"dilations", attr_ints({dilation, dilation})}});
+      y = b.add1("Add", {y, b.input("r", DType::kFloat32, {1, 512, 22, 26})});
+      b.output(b.add1("Relu", {y}));
+      for (auto [variant, step] : {std::pair{"winograd", onednn::kWinogradF43Step},
+                                   std::pair{"winograd2x2", onednn::kWinogradF23Step}}) {
+        const std::string what =
+            fmt::format("{} on {} threads, dilation {}", variant, threads, dilation);
+        EXPECT_EQ(compiled_steps(onednn_graph(), b.graph(), variant).count(step), 1) << what;
+        expect_like_reference(onednn_graph(), b.graph(), variant, what);
+      }
+    }
+  }
+  use_threads_on_this_thread(testing::test_options().threads);
 }
 
 TEST(OnednnVariants, WinogradTilesComposedInOneRegionLikeReference) {

@@ -76,7 +76,8 @@ std::string backend_version() {
   // gemm convolution writing channels-last takes no post-op operand varying over space (it
   // misplaced it: conv_kernel.cc); failures cached for such groups are tried again. 45:
   // collage's Winograd takes dilated convs and pads up to the dilated taps' span, so a
-  // region's "winograd" variant builds more of its convs with it (winograd_conv.h).
+  // region's "winograd" variant builds more of its convs with it, and its tile blocks grow
+  // where the transformed weights are large (winograd_conv.h).
   constexpr int kKernelRevision = 45;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }

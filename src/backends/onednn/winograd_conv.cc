@@ -445,7 +445,18 @@ class Winograd {
     // (ResNet-50's 128-channel 28x28 conv, timed in the model: 0.35-0.38 ms as 2 channel
     // blocks of 49 tiles, 0.31-0.34 as 2 tile blocks of 25).
     const int threads = std::max(1, omp_get_max_threads());
-    const int64_t most_rows = std::clamp<int64_t>(8192 * 36 / kPoints / geo.c, 8, 64);
+    int64_t most_rows = std::clamp<int64_t>(8192 * 36 / kPoints / geo.c, 8, 64);
+    // Transformed weights past kLargeWeightBytes are read from memory again by every tile
+    // block, so their blocks grow to a thread's share of the tiles (up to kMostTileBytes of
+    // transformed input a thread): FCN-ResNet-50's 2048 -> 512 3x3 conv at 40x40, 151 MB of
+    // F(4x4) weights, 91 -> 28 ms (brgconv 57-60); a 512 -> 512 dilation-4 one 18.5 -> 9.0
+    // (brgconv 12.7). Blocks already larger stay so (splitting them would make each thread
+    // read all the weights, not its channels' share: 512 -> 512 at 14x14 0.9 -> 3.3 ms).
+    if (kPoints * geo.c * geo.k * int64_t{sizeof(float)} > kLargeWeightBytes) {
+      const int64_t share = (geo.tiles() + threads - 1) / threads;
+      const int64_t fits = kMostTileBytes / (kPoints * geo.c * int64_t{sizeof(float)});
+      most_rows = std::max(most_rows, std::clamp<int64_t>(std::min(share, fits), 8, 256));
+    }
     tile_blocks_ = (geo.tiles() + most_rows - 1) / most_rows;
     if (tile_blocks_ < threads && geo.tiles() >= threads * kMinRows) tile_blocks_ = threads;
     if (tile_blocks_ > threads) tile_blocks_ = (tile_blocks_ + threads - 1) / threads * threads;
@@ -532,6 +543,8 @@ class Winograd {
  private:
   static constexpr int kPoints = FH::kTile * FW::kTile;  // products per tile
   static constexpr int64_t kMinRows = 16;  // tiles per block before channels are split
+  static constexpr int64_t kLargeWeightBytes = int64_t{8} << 20;
+  static constexpr int64_t kMostTileBytes = int64_t{16} << 20;
   struct Matmul {
     dnnl::matmul primitive;
     dnnl::memory::desc weights_md;
