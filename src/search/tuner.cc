@@ -27,6 +27,7 @@
 #include "search/op_level_search.h"
 #include "search/plan_records.h"
 #include "search/schedule.h"
+#include "util/process_memory.h"
 
 namespace collage {
 namespace {
@@ -131,7 +132,19 @@ class Tuner {
     KernelKey key{c.backend, c.variant, c.threads, c.nodes};
     auto it = kernels_.find(key);
     if (it != kernels_.end()) return it->second;
+    release_idle_kernels_past_half_memory();
     return kernels_[key] = compile_candidate(graph, c);
+  }
+
+  // Compiled kernels hold their packed weights: VGG-16's graph-level search compiled its
+  // 411 MB classifier layer into a kernel for each region it timed, and the tune was killed
+  // for memory at 22.5 GB on a 24 GB machine. Past half the machine's memory, the kernels no
+  // live plan holds are dropped (compiled again if a later plan needs one).
+  void release_idle_kernels_past_half_memory() {
+    const size_t machine = physical_memory_bytes();
+    if (machine == 0 || resident_bytes() < machine / 2) return;
+    for (auto it = kernels_.begin(); it != kernels_.end();)
+      it = it->second.use_count() == 1 ? kernels_.erase(it) : std::next(it);
   }
 
   std::unique_ptr<Executor> executor_for(const Placement& placement,
