@@ -38,7 +38,7 @@ Node lifted_conv(const Node& conv) {
 }
 
 bool jit_implementation(const std::string& impl) {
-  return !impl.empty() && impl.find("gemm") == std::string::npos && !is_reference_impl(impl);
+  return !impl.empty() && !is_gemm_impl(impl) && !is_reference_impl(impl);
 }
 
 }  // namespace

@@ -425,8 +425,7 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
   // plus a constant coordinate grid, was off by the grid; any [1,C|1,H|1,W|1] operand after
   // a conv reading channels-last came out wrong). There the op runs as a primitive of its own
   // (the group is retried with a shorter tail).
-  if (std::string(pd->impl_info_str()).find("gemm") != std::string::npos &&
-      !is_plain(pd->dst_desc()) && varies_over_space(tail.ops))
+  if (is_gemm_impl(pd->impl_info_str()) && !is_plain(pd->dst_desc()) && varies_over_space(tail.ops))
     fail(ErrorKind::kUnsupported,
          "onednn: oneDNN 2.6's gemm convolution misplaces a spatial post-op operand in a "
          "channels-last output");

@@ -26,7 +26,7 @@ bool depthwise_conv3d_takes(const Graph& g, const Node& n) {
   if (n.input(2) != kNoValue && !g.value(n.input(2)).is_constant()) return false;
   // Only where oneDNN's own is no jit kernel (its gemm-based convolution, or reference loops).
   const std::string impl = forward_conv_implementation(n, x.shape, w.shape, y.shape);
-  return impl.empty() || impl.find("gemm") != std::string::npos || is_reference_impl(impl);
+  return impl.empty() || is_gemm_impl(impl) || is_reference_impl(impl);
 }
 
 DepthwiseConv3d::DepthwiseConv3d(const Shape& x, const Shape& y, const Tensor& weights,

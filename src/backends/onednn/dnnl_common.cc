@@ -188,6 +188,10 @@ bool is_reference_impl(const std::string& impl_info) {
   return false;
 }
 
+bool is_gemm_impl(const std::string& impl_info) {
+  return impl_info.find("gemm") != std::string::npos;
+}
+
 Program::Program() : stream_(cpu_engine()) {}
 
 dnnl::memory Program::input(int index, const dnnl::memory::desc& md) {

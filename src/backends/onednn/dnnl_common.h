@@ -80,6 +80,9 @@ auto create_pd(const std::string& what, F&& make) -> decltype(make()) {
 // is refused: the same ops unfused run on jit kernels. A single op is kept: the tuner
 // measures it against the other backends anyway.
 bool is_reference_impl(const std::string& impl_info);
+// True for oneDNN's gemm-based convolutions (im2col and a GEMM): slower than its direct
+// kernels where those exist, and wrong with some post-ops in channels-last (conv_kernel.cc).
+bool is_gemm_impl(const std::string& impl_info);
 
 // This thread's OpenMP count at `threads` while the object lives, restored when it goes (an
 // exception leaving the scope too). oneDNN sizes a primitive's partition by the count when
