@@ -102,6 +102,10 @@ struct TuneResult {
   size_t measured_elsewhere = 0;
   double step_overhead_ms = 0;
   size_t generations = 0, genomes_evaluated = 0;
+  // The graph-level search's wall time, which its budget (TuneOptions::budget_s) bounds: the
+  // search stops at the first genome past it (a warm re-tune stops where the cold one did,
+  // charged what each genome cost then: see docs/DESIGN.md, "Search").
+  double graph_search_s = 0;
   size_t plans_timed = 0;     // whole plans timed end to end (the rest came from the cost DB)
   int concurrent_stages = 0;  // in the tuned placement's chosen schedule
   std::vector<std::string> failures;  // one line per failed candidate

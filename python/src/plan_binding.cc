@@ -270,6 +270,8 @@ void bind_plan(py::module_& m) {
       .def_readonly("failures", &TuneResult::failures, "one line per failed candidate")
       .def_readonly("generations", &TuneResult::generations)
       .def_readonly("genomes_evaluated", &TuneResult::genomes_evaluated)
+      .def_readonly("graph_search_s", &TuneResult::graph_search_s,
+                    "the graph-level search's wall time (bounded by the budget)")
       .def_readonly("plans_timed", &TuneResult::plans_timed)
       .def_readonly("step_overhead_ms", &TuneResult::step_overhead_ms)
       .def_readonly("slow_windows", &TuneResult::slow_windows,

@@ -46,8 +46,8 @@ void print_result(const TuneResult& r) {
   if (r.genomes_evaluated)
     fmt::print(
         "graph-level search: {} generations, {} plans evaluated (timed, or known from the cost "
-        "DB)\n",
-        r.generations, r.genomes_evaluated);
+        "DB) in {:.1f} s\n",
+        r.generations, r.genomes_evaluated, r.graph_search_s);
   if (r.concurrent_stages)
     fmt::print(
         "schedule: {} stages run independent steps at once, each on a share of the threads "
@@ -149,6 +149,7 @@ nlohmann::json result_json(const TuneResult& r, const std::string& plan_path) {
           {"step_overhead_ms", r.step_overhead_ms},
           {"generations", r.generations},
           {"genomes_evaluated", r.genomes_evaluated},
+          {"graph_search_s", r.graph_search_s},
           {"plans_timed", r.plans_timed},
           {"slow_windows", slow_windows},
           {"cost_db", r.cost_db_path}};

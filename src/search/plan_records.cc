@@ -50,11 +50,13 @@ RecordKey copy_key(const Hardware& machine, const std::string& device, bool to_h
 }
 
 CostRecord find_or_measure(CostDb& db, const RecordKey& key, const char* kind,
-                           const Hardware& machine, const std::function<CostRecord()>& measure) {
+                           const Hardware& machine, const std::function<CostRecord()>& measure,
+                           double spent_before_s) {
   if (std::optional<CostRecord> hit = db.find(key.key)) return *hit;
   auto start = std::chrono::steady_clock::now();
   CostRecord record = measure();
-  record.spent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  record.spent_s = spent_before_s +
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return db.put(key.key, kind, machine.fingerprint(), key.text, record);
 }
 

@@ -43,8 +43,11 @@ RecordKey stage_overhead_key(const Hardware& machine);
 // `machine` names the device (with_devices).
 RecordKey copy_key(const Hardware& machine, const std::string& device, bool to_host, size_t bytes);
 
-// The record under `key`, or `measure()`'s (with the seconds it took), stored first.
+// The record under `key`, or `measure()`'s (with the seconds it took, plus `spent_before_s`:
+// work done for this record before the call, which a re-tune finding it is charged too),
+// stored first.
 CostRecord find_or_measure(CostDb& db, const RecordKey& key, const char* kind,
-                           const Hardware& machine, const std::function<CostRecord()>& measure);
+                           const Hardware& machine, const std::function<CostRecord()>& measure,
+                           double spent_before_s = 0);
 
 }  // namespace collage
