@@ -263,6 +263,22 @@ std::vector<Tensor> run_reference(const Graph& sub, const std::vector<Tensor>& i
 
 }  // namespace
 
+std::vector<Tensor> Measurer::candidate_inputs(const Graph& sub) {
+  std::string signature;
+  for (ValueId id : sub.inputs) {
+    const Value& v = sub.value(id);
+    signature += fmt::format("{}{};", dtype_name(v.dtype), shape_to_string(v.shape));
+  }
+  auto it = inputs_cache_.find(signature);
+  if (it == inputs_cache_.end()) {
+    if (inputs_cache_.size() >= kReferenceCacheEntries) inputs_cache_.clear();
+    it = inputs_cache_.emplace(signature, random_inputs(sub, 17)).first;
+  }
+  std::vector<Tensor> copies;
+  for (const Tensor& t : it->second) copies.push_back(t.clone());
+  return copies;
+}
+
 Measurer::ReferenceRun& Measurer::reference_run(const Graph& sub, const std::string& canonical,
                                                 const std::vector<Tensor>& inputs) {
   const std::string key = reference_key(sub, canonical);
@@ -302,7 +318,7 @@ CostRecord Measurer::measure_uncached(const KernelJob& job, const std::string& c
     flush_denormals_on_openmp_team(candidate.threads);
     std::unique_ptr<Kernel> kernel = candidate.backend->compile(sub, candidate.compile_options());
     // Same seed for every backend: the reference outputs are computed once per subgraph.
-    std::vector<Tensor> inputs = random_inputs(sub, 17);
+    std::vector<Tensor> inputs = candidate_inputs(sub);
     std::vector<Tensor> outputs = allocate_outputs(sub);
     // A device kernel reads and writes device memory: its inputs are there before it runs
     // (in a plan, the copies are steps of their own, costed apart), and it is timed until

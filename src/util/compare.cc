@@ -98,6 +98,38 @@ std::string compare_floats(const Tensor& actual, const Tensor& expected, const T
       element_string(expected, first));
 }
 
+// The common case of every check, float32 outputs that all match, in two vectorized passes
+// over the arrays (the element loop above, with its NaN and infinity cases, is left for a
+// tensor that has an element out of tolerance or not finite, to describe it): that loop
+// was 7.4 % of the samples (perf -a) of a cold tune of DeepLabV3-ResNet-50, whose outputs
+// run to 26 M floats, and kept the second core idle meanwhile. Returns whether every
+// element of `actual` is finite-and-within `tol` of `expected`'s by compare_floats' rule.
+bool float32_all_within(const float* actual, const float* expected, int64_t n,
+                        const Tolerance& tol) {
+  float scale = 0;
+  if (tol.atol_fraction > 0) {
+#pragma omp simd reduction(max : scale)
+    for (int64_t i = 0; i < n; ++i) {
+      const float b = std::fabs(expected[i]);
+      // A NaN or an infinity fails the comparison: not part of the scale.
+      scale = b <= std::numeric_limits<float>::max() ? std::max(scale, b) : scale;
+    }
+  }
+  const double atol = tol.atol + tol.atol_fraction * static_cast<double>(scale);
+  const double rtol = tol.rtol;
+  int64_t outside = 0;
+#pragma omp simd reduction(+ : outside)
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = actual[i], b = expected[i];
+    // False for a NaN or an infinity on either side (an infinite b makes the bound
+    // infinite, hence its own test): the element loop decides those.
+    const bool within = (std::fabs(a - b) <= atol + rtol * std::fabs(b)) &
+                        (std::fabs(b) <= std::numeric_limits<float>::max());
+    outside += within ? 0 : 1;
+  }
+  return outside == 0;
+}
+
 std::string compare_exact(const Tensor& actual, const Tensor& expected) {
   const size_t width = dtype_size(expected.dtype());
   const auto* a = static_cast<const unsigned char*>(actual.raw());
@@ -141,10 +173,14 @@ std::string compare_tensors(const Tensor& actual, const Tensor& expected, const 
                        shape_to_string(expected.shape()));
   if (expected.numel() == 0) return "";
   if (actual.raw() == nullptr) return "output has no data";
-  if (expected.dtype() == DType::kFloat32)
+  if (expected.dtype() == DType::kFloat32) {
+    if (float32_all_within(static_cast<const float*>(actual.raw()),
+                           static_cast<const float*>(expected.raw()), expected.numel(), tol))
+      return "";
     return compare_floats(actual, expected, tol, [](const Tensor& t, int64_t i) -> double {
       return static_cast<const float*>(t.raw())[i];
     });
+  }
   if (dtype_is_float(expected.dtype())) return compare_floats(actual, expected, tol, float_element);
   return compare_exact(actual, expected);
 }
