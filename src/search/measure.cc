@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <string_view>
@@ -253,6 +254,15 @@ std::string reference_key(const Graph& sub, const std::string& canonical) {
   return fmt::format("{}constants {:016x}\n", canonical, h);
 }
 
+// Which of `after` is not `before` byte for byte (a kernel that wrote into its inputs), or "".
+std::string written_input(const std::vector<Tensor>& after, const std::vector<Tensor>& before) {
+  for (size_t i = 0; i < before.size(); ++i)
+    if (std::memcmp(after[i].raw(), before[i].raw(), before[i].nbytes()) != 0)
+      return fmt::format("the kernel wrote into its input {} ({})", i,
+                         shape_to_string(before[i].shape()));
+  return "";
+}
+
 // The fallback (reference) backend's outputs for `sub` on `inputs`. Compiled anew each time:
 // its kernel may keep references into `sub`, which the caller's job owns.
 std::vector<Tensor> run_reference(const Graph& sub, const std::vector<Tensor>& inputs) {
@@ -263,20 +273,17 @@ std::vector<Tensor> run_reference(const Graph& sub, const std::vector<Tensor>& i
 
 }  // namespace
 
-std::vector<Tensor> Measurer::candidate_inputs(const Graph& sub) {
+std::shared_ptr<const std::vector<Tensor>> Measurer::drawn_inputs(const Graph& sub) {
   std::string signature;
   for (ValueId id : sub.inputs) {
     const Value& v = sub.value(id);
     signature += fmt::format("{}{};", dtype_name(v.dtype), shape_to_string(v.shape));
   }
   auto it = inputs_cache_.find(signature);
-  if (it == inputs_cache_.end()) {
-    if (inputs_cache_.size() >= kReferenceCacheEntries) inputs_cache_.clear();
-    it = inputs_cache_.emplace(signature, random_inputs(sub, 17)).first;
-  }
-  std::vector<Tensor> copies;
-  for (const Tensor& t : it->second) copies.push_back(t.clone());
-  return copies;
+  if (it != inputs_cache_.end()) return it->second;
+  if (inputs_cache_.size() >= kReferenceCacheEntries) inputs_cache_.clear();
+  return inputs_cache_[signature] =
+             std::make_shared<const std::vector<Tensor>>(random_inputs(sub, 17));
 }
 
 Measurer::ReferenceRun& Measurer::reference_run(const Graph& sub, const std::string& canonical,
@@ -318,7 +325,12 @@ CostRecord Measurer::measure_uncached(const KernelJob& job, const std::string& c
     flush_denormals_on_openmp_team(candidate.threads);
     std::unique_ptr<Kernel> kernel = candidate.backend->compile(sub, candidate.compile_options());
     // Same seed for every backend: the reference outputs are computed once per subgraph.
-    std::vector<Tensor> inputs = candidate_inputs(sub);
+    const std::shared_ptr<const std::vector<Tensor>> drawn = drawn_inputs(sub);
+    // The kernel runs on copies: one that writes into its inputs fails below (in a plan it
+    // would change a value other steps read) and leaves the drawn ones, which the reference
+    // and the next candidates read, as they were.
+    std::vector<Tensor> inputs;
+    for (const Tensor& t : *drawn) inputs.push_back(t.clone());
     std::vector<Tensor> outputs = allocate_outputs(sub);
     // A device kernel reads and writes device memory: its inputs are there before it runs
     // (in a plan, the copies are steps of their own, costed apart), and it is timed until
@@ -335,8 +347,10 @@ CostRecord Measurer::measure_uncached(const KernelJob& job, const std::string& c
     if (device) device_outputs->download(outputs);
     std::string sensitivity_note;
     if (options_.verify && !BackendRegistry::global().is_fallback(*candidate.backend)) {
+      if (std::string written = written_input(inputs, *drawn); !written.empty())
+        return CostRecord::failure("wrong result: " + written);
       const std::string mismatch = check_against_reference(
-          sub, canonical, inputs, outputs,
+          sub, canonical, *drawn, outputs,
           Tolerance::backend_vs_reference(candidate.backend->float32_significand_bits()),
           sensitivity_note);
       use_threads_on_this_thread(candidate.threads);  // the reference may have changed it

@@ -199,19 +199,18 @@ class Measurer {
                                       const std::vector<Tensor>& outputs, const Tolerance& tol,
                                       std::string& note);
 
-  // The random inputs a candidate of `subgraph` runs on (random_inputs, seed 17): copies of
-  // those made for the last subgraphs of the same input dtypes and shapes. The tuner measures
-  // a subgraph on every backend in a row; drawing them again for each (a Mersenne twister per
-  // element) was 3 % of a cold tune of DeepLabV3-ResNet-50 (perf -a). Copies: a kernel that
-  // wrote into its inputs would otherwise change the next candidate's.
-  std::vector<Tensor> candidate_inputs(const Graph& subgraph);
+  // The random inputs of a candidate of `subgraph` (random_inputs, seed 17), kept for the
+  // last subgraphs of the same input dtypes and shapes. The tuner measures a subgraph on
+  // every backend in a row; drawing them again for each (a Mersenne twister per element) was
+  // 3 % of a cold tune of DeepLabV3-ResNet-50 (perf -a). The kernel runs on copies.
+  std::shared_ptr<const std::vector<Tensor>> drawn_inputs(const Graph& subgraph);
 
   CostDb* db_;
   Hardware hardware_;
   MeasureOptions options_;
   static constexpr size_t kReferenceCacheEntries = 4;
   // By the inputs' dtypes and shapes.
-  std::map<std::string, std::vector<Tensor>> inputs_cache_;
+  std::map<std::string, std::shared_ptr<const std::vector<Tensor>>> inputs_cache_;
   // By canonical text and the constants' values (reference_key in measure.cc).
   std::map<std::string, ReferenceRun> reference_cache_;
   IsolatedWorker* isolated_ = nullptr;

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "collage/backend.h"
 #include "collage/plan.h"
 #include "graph_builder.h"
 #include "ir/canonical.h"
@@ -624,6 +626,45 @@ TEST(Measurer, SameShapedSubgraphsWithOtherWeightsEachPassTheirOwnCheck) {
     EXPECT_TRUE(r.record.ok) << r.record.reason;
     EXPECT_FALSE(r.cache_hit);
   }
+}
+
+// Computes Relu right, then writes into its input: a bug a plan pays for (the value's other
+// readers see what it wrote) that its own outputs do not show.
+class InputWritingKernel : public Kernel {
+ public:
+  void run(std::span<const Tensor> in, std::span<const Tensor> out) override {
+    float* x = const_cast<float*>(in[0].data<float>());
+    float* y = const_cast<float*>(out[0].data<float>());
+    for (int64_t i = 0; i < out[0].numel(); ++i) y[i] = std::max(x[i], 0.0f);
+    x[0] = 42.0f;
+  }
+};
+class InputWritingBackend : public Backend {
+ public:
+  std::string name() const override { return "test-input-writer"; }
+  std::string version() const override { return "1"; }
+  std::vector<PatternEntry> patterns() const override { return {{"relu", op("Relu"), {}}}; }
+  std::unique_ptr<Kernel> compile(const Graph&, const CompileOptions&) override {
+    return std::make_unique<InputWritingKernel>();
+  }
+};
+
+// A candidate runs on copies of its subgraph's drawn inputs: one whose kernel writes into
+// them fails ("wrote into its input"), and the next candidate of the same subgraph, and the
+// reference outputs it is checked against, see the inputs as they were drawn.
+TEST(Measurer, AKernelWritingIntoItsInputsFailsAndLeavesTheNextCandidateItsInputs) {
+  testing::GraphBuilder b;
+  b.output(b.add1("Relu", {b.input("x", DType::kFloat32, {4, 8})}));
+  const Graph g = b.finish();
+  Measurer measurer(nullptr, this_machine(1), MeasureOptions{});
+  InputWritingBackend writer;
+  Backend& onednn = BackendRegistry::global().get("onednn");
+  const MeasureResult written = measurer.measure(g, Candidate{{0}, &writer, "", 1});
+  EXPECT_FALSE(written.record.ok);
+  EXPECT_NE(written.record.reason.find("wrote into its input 0"), std::string::npos)
+      << written.record.reason;
+  const MeasureResult next = measurer.measure(g, Candidate{{0}, &onednn, "", 1});
+  EXPECT_TRUE(next.record.ok) << next.record.reason;
 }
 
 // Timing stops after Measurer::kAbandonSamples samples only when even the fastest of them is
