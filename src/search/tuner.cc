@@ -247,12 +247,15 @@ class Tuner {
     eo.budget_s = options_.budget_s;
     eo.elapsed_s = [&] { return searched_s; };
     eo.seed = options_.seed;
-    EvolutionResult r = evolve(genes.choices, seed_genomes(genes, op_groups), fitness, eo,
-                               [&](const EvolutionResult& progress) {
-                                 report("graph-level search", progress.generations, 0, -1,
-                                        fmt::format("best {:.3f} ms, {} genomes",
-                                                    progress.best_fitness, progress.evaluations));
-                               });
+    EvolutionResult r =
+        evolve(genes.choices, seed_genomes(genes, op_groups), fitness, eo,
+               [&](const EvolutionResult& progress) {
+                 // The search's clock against its budget: what stops it.
+                 report("graph-level search", progress.generations, 0, -1,
+                        fmt::format("best {:.3f} ms, {} genomes, {:.0f} of {:.0f} s",
+                                    progress.best_fitness, progress.evaluations, searched_s,
+                                    options_.budget_s));
+               });
     result_.generations = r.generations;
     result_.genomes_evaluated = r.evaluations;
     result_.graph_search_s = seconds_since(search_start);
