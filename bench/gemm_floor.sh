@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # A model's GEMM floor beside ONNX Runtime and collage's tuned plan, in the same minutes: per
 # round, ORT alone, then `bench/gemm_floor` (every MatMul/Gemm product of the model alone and
-# hot at the faster of oneDNN and OpenBLAS, summed), then the tuned plan alone. ORT / floor is
-# the most any plan could gain over ORT if everything but the matrix products cost nothing (a
-# speed target over it is out of reach in fp32 here); plan / floor is what the rest costs
-# (issue 16's ViT-B/16: docs/DESIGN.md, "Transformers (issue 16)").
+# hot at the faster of oneDNN and OpenBLAS, and every Conv at oneDNN's fastest form, summed),
+# then the tuned plan alone. ORT / floor is the most any plan could gain over ORT if
+# everything but the matrix products and convolutions cost nothing (a speed target over it is
+# out of reach in fp32 here); plan / floor is what the rest costs (issue 16's ViT-B/16,
+# issue 15's MobileNetV2: docs/DESIGN.md, "Transformers (issue 16)", "MobileNetV2 against its
+# kernels alone").
 #
 #   bench/gemm_floor.sh [MODEL ...]      (default: the zoo's big transformers)
 #   BENCH_ROUNDS=N                       rounds per model (default 5)
@@ -71,10 +73,13 @@ done
   echo "Per round, back to back: ONNX Runtime alone (median of 15 runs after 3), then" \
     "\`gemm_floor\` (each distinct MatMul/Gemm product of the model timed alone and hot," \
     "50 runs, at the faster of oneDNN's matmul with weights packed once and OpenBLAS's" \
-    "sgemm, summed over the nodes; from the shapes' medians and from their fastest" \
-    "samples), then collage's tuned plan alone (median of 15 after 3). ORT / floor: the" \
-    "most a plan could gain over ORT if everything but the matrix products cost nothing;" \
-    "tuned plan / floor (medians) is what everything else costs the plan."
+    "sgemm, and each distinct Conv at the fastest of oneDNN's forms: the layout it picks," \
+    "channel-blocked, its Winograd where it applies, a 1x1 conv and the depthwise conv after" \
+    "it as one primitive where faster; bias only, no other post-op; summed over the nodes;" \
+    "from the shapes' medians and from their fastest samples), then collage's tuned plan" \
+    "alone (median of 15 after 3). ORT / floor: the most a plan could gain over ORT if" \
+    "everything but the matrix products and convolutions cost nothing; tuned plan / floor" \
+    "(medians) is what everything else costs the plan."
   echo
   echo "| model | round | ORT ms | floor ms (medians) | floor ms (fastest) | tuned plan ms | ORT / floor | ORT / tuned | tuned / floor |"
   echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
