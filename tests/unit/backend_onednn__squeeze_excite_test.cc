@@ -148,6 +148,48 @@ TEST(OnednnSqueezeExcite, InsideRegionsBetweenConvsLikeReference) {
   use_threads_on_this_thread(0);
 }
 
+TEST(OnednnSqueezeExcite, InsideBlockedRegionsReadsAndWritesChannelBlocks) {
+  // The same EfficientNet chain (40 channels: three blocks of 16, the last half padding)
+  // compiled as the "blocked" variant, where the convs write nChw16c: the step must take x
+  // in that layout and write its product so for the next 1x1 conv, so the program reorders
+  // only the region's input and output, and every conv stays on oneDNN's blocked kernels; and
+  // it must match the reference (a block read or written at the wrong stride fails). Before the
+  // step read channel blocks, the first block cost a reorder to channels-last and the region ran
+  // channels-last from there.
+  for (int threads : {1, 2}) {
+    GraphBuilder b;
+    // A full conv first: it reads the plain input into channel blocks (the chain's convs
+    // would not: oneDNN has no jit kernel for a plain depthwise input and a blocked output).
+    ValueId y = b.add1("Conv",
+                       {b.input("x", DType::kFloat32, {1, 16, 14, 14}),
+                        b.random_constant("stem", {40, 16, 3, 3}, 0.2f)},
+                       {{"pads", attr_ints({1, 1, 1, 1})}});
+    for (int k = 0; k < 2; ++k) {
+      y = b.add1("Conv", {y, b.random_constant("dw", {40, 1, 3, 3}, 0.5f)},
+                 {{"group", attr_i(40)}, {"pads", attr_ints({1, 1, 1, 1})}});
+      y = b.add1("Mul", {y, b.add1("Sigmoid", {y})});
+      Block blk;
+      blk.reduced = 10;
+      blk.act = Act::kSilu;
+      y = squeeze_excite(b, y, blk);
+      y = b.add1("Conv", {y, b.random_constant("pw", {40, 40, 1, 1}, 0.3f)});
+    }
+    b.output(y);
+    const std::string what = fmt::format("threads {}", threads);
+    CompileOptions options = testing::test_options(threads);
+    options.variant = "blocked";
+    const ProgramSteps steps = steps_of(*onednn_graph().compile(b.graph(), options));
+    const std::string listed = ::testing::PrintToString(steps.implementations);
+    EXPECT_EQ(steps.count(std::string(onednn::kSqueezeExciteStep)), 2) << what << ": " << listed;
+    EXPECT_LE(steps.count(dnnl::primitive::kind::reorder), 2) << what << ": " << listed;
+    for (const std::string& impl : steps.implementations)  // no channels-last kernel
+      EXPECT_EQ(impl.find("brg"), std::string::npos) << what << ": " << listed;
+    auto [got, want] = testing::run_backend_and_reference(onednn_graph(), b.graph(),
+                                                          random_inputs(b.graph(), 3), options);
+    EXPECT_TRUE(testing::outputs_match(got, want)) << what;
+  }
+}
+
 TEST(OnednnSqueezeExcite, ConcurrentBranchesLikeReference) {
   // Two branches, each a conv and a block, summed: with every independent step run
   // concurrently (COLLAGE_ONEDNN_LANES=always), each block runs on one thread of a lane; a

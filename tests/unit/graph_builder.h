@@ -76,11 +76,13 @@ class GraphBuilder {
   uint64_t state_ = 12345;
 };
 
-// Runs `graph` whole on `backend` (compile() of the entire graph as one subgraph) and on
-// reference, on the same random inputs; returns {backend outputs, reference outputs}.
+// Runs `graph` whole on `backend` (compile() of the entire graph as one subgraph, with
+// `options`: a variant, a thread count) and on reference, on the same inputs; returns
+// {backend outputs, reference outputs}.
 inline std::pair<std::vector<Tensor>, std::vector<Tensor>> run_backend_and_reference(
-    Backend& backend, const Graph& graph, const std::vector<Tensor>& inputs) {
-  std::unique_ptr<Kernel> kernel = backend.compile(graph, test_options());
+    Backend& backend, const Graph& graph, const std::vector<Tensor>& inputs,
+    const CompileOptions& options = test_options()) {
+  std::unique_ptr<Kernel> kernel = backend.compile(graph, options);
   std::vector<Tensor> got;
   for (ValueId v : graph.outputs) got.emplace_back(graph.value(v).dtype, graph.value(v).shape);
   kernel->run(inputs, got);

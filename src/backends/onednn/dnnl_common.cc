@@ -77,8 +77,10 @@ std::string backend_version() {
   // misplaced it: conv_kernel.cc); failures cached for such groups are tried again. 45:
   // collage's Winograd takes dilated convs and pads up to the dilated taps' span, so a
   // region's "winograd" variant builds more of its convs with it, and its tile blocks grow
-  // where the transformed weights are large (winograd_conv.h).
-  constexpr int kKernelRevision = 45;
+  // where the transformed weights are large (winograd_conv.h). 46: the squeeze-excitation
+  // step reads and writes channel blocks, so a "blocked" region stays blocked across it
+  // (squeeze_excite.cc).
+  constexpr int kKernelRevision = 46;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 

@@ -192,19 +192,32 @@ bool squeeze_excite_group(const Graph& subgraph) {
 namespace {
 
 // Where element (n, c, p) of a tensor [N, C, S...] lies, its spatial axes seen as one (p):
-// offset + n*sn + c*sc + p*sp. Either sc == 1 (channels-last) or sp == 1 (channel-major).
+// offset + n*sn + c*sc + p*sp, either sc == 1 (channels-last) or sp == 1 (channel-major);
+// or, channel-blocked (`blocked`: oneDNN's nChw16c, what its jit kernels write in a region
+// built blocked), offset + n*sn + (c / 16)*sc + p*16 + c % 16.
 struct Strides {
   int64_t sn = 0, sc = 0, sp = 0, offset = 0;
+  bool blocked = false;
 };
 
-// `md` as Strides, when it has no inner blocks and its spatial axes are dense among
-// themselves with a unit channel or spatial stride.
+// `md` as Strides, when its spatial axes are dense among themselves with a unit channel or
+// spatial stride and it has no inner blocks, or when it is channel-blocked by 16 with the
+// pixels of a block dense.
 std::optional<Strides> strides_of(const dnnl::memory::desc& md) {
   const dnnl_memory_desc_t& d = md.data;
-  if (d.format_kind != dnnl_blocked || d.data_type != dnnl_f32 || d.ndims < 3 ||
-      d.format_desc.blocking.inner_nblks != 0)
-    return std::nullopt;
+  if (d.format_kind != dnnl_blocked || d.data_type != dnnl_f32 || d.ndims < 3) return std::nullopt;
   const auto& s = d.format_desc.blocking.strides;
+  const auto& blocking = d.format_desc.blocking;
+  if (blocking.inner_nblks == 1 && blocking.inner_idxs[0] == 1 &&
+      blocking.inner_blks[0] == kLanes) {
+    int64_t dense = kLanes;
+    for (int i = d.ndims - 1; i >= 2; --i) {
+      if (d.dims[i] != 1 && s[i] != dense) return std::nullopt;
+      dense *= d.dims[i];
+    }
+    return Strides{s[0], s[1], kLanes, d.offset0, true};
+  }
+  if (blocking.inner_nblks != 0) return std::nullopt;
   for (int i = 2; i + 1 < d.ndims; ++i)
     if (d.dims[i + 1] != 1 && s[i] != s[i + 1] * d.dims[i + 1]) return std::nullopt;
   const Strides out{s[0], s[1], s[d.ndims - 1], d.offset0};
@@ -321,10 +334,23 @@ class SqueezeExciteStep {
   }
 
   // Channel-major: the means of channels [c0, c1), over their contiguous planes.
+  // Channel-blocked: over the pixels of their blocks (c0 starts one), 16 channels at once.
   void sum_planes(const float* x, int64_t n, int64_t c0, int64_t c1) {
     const float* xn = x + in_.offset + n * in_.sn;
     float* s = means_.data() + n * c_;
     const float inv = 1.0f / static_cast<float>(pixels_);
+    if (in_.blocked) {
+      for (int64_t b0 = c0; b0 < c1; b0 += kLanes) {
+        const float* __restrict block = xn + b0 / kLanes * in_.sc;
+        float acc[kLanes] = {};
+        for (int64_t p = 0; p < pixels_; ++p) {
+#pragma omp simd
+          for (int64_t l = 0; l < kLanes; ++l) acc[l] += block[p * kLanes + l];
+        }
+        for (int64_t c = b0; c < std::min(c1, b0 + kLanes); ++c) s[c] = acc[c - b0] * inv;
+      }
+      return;
+    }
     for (int64_t c = c0; c < c1; ++c) {
       const float* __restrict plane = xn + c * in_.sc;
       float sum = 0;
@@ -392,6 +418,17 @@ class SqueezeExciteStep {
 #pragma omp simd
         for (int64_t c = c0; c < c1; ++c) yr[c] = xr[c] * g[c];
       }
+    } else if (in_.blocked) {  // both channel-blocked; a block's lanes past C stay zero
+      for (int64_t b0 = c0; b0 < c1; b0 += kLanes) {
+        const float* __restrict xb = xn + b0 / kLanes * in_.sc;
+        float* __restrict yb = yn + b0 / kLanes * out_.sc;
+        float gb[kLanes] = {};
+        std::copy(g + b0, g + std::min(c_, b0 + kLanes), gb);
+        for (int64_t p = p0; p < p1; ++p) {
+#pragma omp simd
+          for (int64_t l = 0; l < kLanes; ++l) yb[p * kLanes + l] = xb[p * kLanes + l] * gb[l];
+        }
+      }
     } else {  // both channel-major (emit_squeeze_excite gives x and y the same order)
       for (int64_t c = c0; c < c1; ++c) {
         const float* xp = xn + c * in_.sc;
@@ -442,8 +479,9 @@ void emit_squeeze_excite(const Graph& sub, ValueMemories& values) {
   const int64_t pixels = std::accumulate(xs.begin() + 2, xs.end(), int64_t{1}, std::multiplies<>());
 
   // x where its producer wrote it when the step reads that layout (channels-last or
-  // row-major, a slice of a wider buffer too), else converted to channels-last; the output
-  // dense in the same order (values.destination copies it on where it is wanted elsewhere).
+  // row-major, a slice of a wider buffer too, or channel-blocked as a region built blocked
+  // writes it), else converted to channels-last; the output dense in the same layout
+  // (values.destination copies it on where it is wanted elsewhere).
   dnnl::memory::desc src_md = dense_md(xs, true);
   if (std::optional<dnnl::memory::desc> has = values.activation_layout(se->x, xs);
       !has || strides_of(*has))
@@ -453,11 +491,12 @@ void emit_squeeze_excite(const Graph& sub, ValueMemories& values) {
   if (!in) fail(ErrorKind::kInternal, "onednn: squeeze-excitation got a layout it can't read");
   // Over x itself where nothing reads x after the block: the product then writes lines the
   // mean has just brought into cache, not a second buffer's.
-  const dnnl::memory::desc dst_md = dense_md(xs, in->sc == 1 && xs[1] > 1);
+  const dnnl::memory::desc dst_md =
+      in->blocked ? channel_blocked_md(to_dims(xs)) : dense_md(xs, in->sc == 1 && xs[1] > 1);
   const dnnl::memory dst =
       values.can_overwrite(se->x, src, se->out, dst_md) ? src : values.destination(se->out, dst_md);
   const std::optional<Strides> out = strides_of(dst.get_desc());
-  if (!out || (out->sc == 1) != (in->sc == 1))
+  if (!out || (out->sc == 1) != (in->sc == 1) || out->blocked != in->blocked)
     fail(ErrorKind::kInternal, "onednn: squeeze-excitation output in another layout");
 
   auto constant = [&](NodeId conv, size_t i) -> const Tensor* {
