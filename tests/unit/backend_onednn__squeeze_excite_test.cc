@@ -79,6 +79,23 @@ ValueId squeeze_excite(GraphBuilder& b, ValueId x, const Block& blk) {
   return blk.x_first ? b.add1("Mul", {x, g}) : b.add1("Mul", {g, x});
 }
 
+// As in EfficientNet, twice on `x` (40 channels): a depthwise 3x3 conv with SiLU, a block
+// (reduced to 10, SiLU), a 1x1 conv reading the product. Returns the last conv's output.
+ValueId efficientnet_chain(GraphBuilder& b, ValueId x) {
+  ValueId y = x;
+  for (int k = 0; k < 2; ++k) {
+    y = b.add1("Conv", {y, b.random_constant("dw", {40, 1, 3, 3}, 0.5f)},
+               {{"group", attr_i(40)}, {"pads", attr_ints({1, 1, 1, 1})}});
+    y = b.add1("Mul", {y, b.add1("Sigmoid", {y})});
+    Block blk;
+    blk.reduced = 10;
+    blk.act = Act::kSilu;
+    y = squeeze_excite(b, y, blk);
+    y = b.add1("Conv", {y, b.random_constant("pw", {40, 40, 1, 1}, 0.3f)});
+  }
+  return y;
+}
+
 TEST(OnednnSqueezeExcite, RandomizedBlocksLikeReference) {
   // Channel counts off the 16-channel shares (and fewer than one share per thread), 1-3
   // spatial dims, batch 1-3, each activation and gate, either Mul order, with and without
@@ -123,18 +140,7 @@ TEST(OnednnSqueezeExcite, InsideRegionsBetweenConvsLikeReference) {
     for (int threads : {1, 2}) {
       GraphBuilder b;
       ValueId x = b.input("x", DType::kFloat32, {batch, 40, 14, 14});
-      ValueId y = x;
-      for (int k = 0; k < 2; ++k) {
-        y = b.add1("Conv", {y, b.random_constant("dw", {40, 1, 3, 3}, 0.5f)},
-                   {{"group", attr_i(40)}, {"pads", attr_ints({1, 1, 1, 1})}});
-        y = b.add1("Mul", {y, b.add1("Sigmoid", {y})});
-        Block blk;
-        blk.reduced = 10;
-        blk.act = Act::kSilu;
-        y = squeeze_excite(b, y, blk);
-        y = b.add1("Conv", {y, b.random_constant("pw", {40, 40, 1, 1}, 0.3f)});
-      }
-      b.output(y);
+      b.output(efficientnet_chain(b, x));
       const std::string what = fmt::format("batch {} threads {}", batch, threads);
       use_threads_on_this_thread(threads);
       std::unique_ptr<Kernel> kernel = onednn::compile_region(b.graph());
@@ -164,17 +170,7 @@ TEST(OnednnSqueezeExcite, InsideBlockedRegionsReadsAndWritesChannelBlocks) {
                        {b.input("x", DType::kFloat32, {1, 16, 14, 14}),
                         b.random_constant("stem", {40, 16, 3, 3}, 0.2f)},
                        {{"pads", attr_ints({1, 1, 1, 1})}});
-    for (int k = 0; k < 2; ++k) {
-      y = b.add1("Conv", {y, b.random_constant("dw", {40, 1, 3, 3}, 0.5f)},
-                 {{"group", attr_i(40)}, {"pads", attr_ints({1, 1, 1, 1})}});
-      y = b.add1("Mul", {y, b.add1("Sigmoid", {y})});
-      Block blk;
-      blk.reduced = 10;
-      blk.act = Act::kSilu;
-      y = squeeze_excite(b, y, blk);
-      y = b.add1("Conv", {y, b.random_constant("pw", {40, 40, 1, 1}, 0.3f)});
-    }
-    b.output(y);
+    b.output(efficientnet_chain(b, y));
     const std::string what = fmt::format("threads {}", threads);
     CompileOptions options = testing::test_options(threads);
     options.variant = "blocked";
