@@ -162,27 +162,29 @@ TEST(OnednnSqueezeExcite, InsideBlockedRegionsReadsAndWritesChannelBlocks) {
   // it must match the reference (a block read or written at the wrong stride fails). Before the
   // step read channel blocks, the first block cost a reorder to channels-last and the region ran
   // channels-last from there.
-  for (int threads : {1, 2}) {
-    GraphBuilder b;
-    // A full conv first: it reads the plain input into channel blocks (the chain's convs
-    // would not: oneDNN has no jit kernel for a plain depthwise input and a blocked output).
-    ValueId y = b.add1("Conv",
-                       {b.input("x", DType::kFloat32, {1, 16, 14, 14}),
-                        b.random_constant("stem", {40, 16, 3, 3}, 0.2f)},
-                       {{"pads", attr_ints({1, 1, 1, 1})}});
-    b.output(efficientnet_chain(b, y));
-    const std::string what = fmt::format("threads {}", threads);
-    CompileOptions options = testing::test_options(threads);
-    options.variant = "blocked";
-    const ProgramSteps steps = steps_of(*onednn_graph().compile(b.graph(), options));
-    const std::string listed = ::testing::PrintToString(steps.implementations);
-    EXPECT_EQ(steps.count(std::string(onednn::kSqueezeExciteStep)), 2) << what << ": " << listed;
-    EXPECT_LE(steps.count(dnnl::primitive::kind::reorder), 2) << what << ": " << listed;
-    for (const std::string& impl : steps.implementations)  // no channels-last kernel
-      EXPECT_EQ(impl.find("brg"), std::string::npos) << what << ": " << listed;
-    auto [got, want] = testing::run_backend_and_reference(onednn_graph(), b.graph(),
-                                                          random_inputs(b.graph(), 3), options);
-    EXPECT_TRUE(testing::outputs_match(got, want)) << what;
+  for (int64_t batch : {1, 2}) {
+    for (int threads : {1, 2}) {
+      GraphBuilder b;
+      // A full conv first: it reads the plain input into channel blocks (the chain's convs
+      // would not: oneDNN has no jit kernel for a plain depthwise input and a blocked output).
+      ValueId y = b.add1("Conv",
+                         {b.input("x", DType::kFloat32, {batch, 16, 14, 14}),
+                          b.random_constant("stem", {40, 16, 3, 3}, 0.2f)},
+                         {{"pads", attr_ints({1, 1, 1, 1})}});
+      b.output(efficientnet_chain(b, y));
+      const std::string what = fmt::format("batch {} threads {}", batch, threads);
+      CompileOptions options = testing::test_options(threads);
+      options.variant = "blocked";
+      const ProgramSteps steps = steps_of(*onednn_graph().compile(b.graph(), options));
+      const std::string listed = ::testing::PrintToString(steps.implementations);
+      EXPECT_EQ(steps.count(std::string(onednn::kSqueezeExciteStep)), 2) << what << ": " << listed;
+      EXPECT_LE(steps.count(dnnl::primitive::kind::reorder), 2) << what << ": " << listed;
+      for (const std::string& impl : steps.implementations)  // no channels-last kernel
+        EXPECT_EQ(impl.find("brg"), std::string::npos) << what << ": " << listed;
+      auto [got, want] = testing::run_backend_and_reference(onednn_graph(), b.graph(),
+                                                            random_inputs(b.graph(), 3), options);
+      EXPECT_TRUE(testing::outputs_match(got, want)) << what;
+    }
   }
 }
 
