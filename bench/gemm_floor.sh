@@ -8,13 +8,18 @@
 # issue 15's MobileNetV2: docs/DESIGN.md, "Transformers (issue 16)", "MobileNetV2 against its
 # kernels alone").
 #
-#   bench/gemm_floor.sh [MODEL ...]      (default: the zoo's big transformers)
+#   bench/gemm_floor.sh [MODEL ...]      (zoo names or ONNX files; default: the zoo's big
+#                                        transformers)
 #   BENCH_ROUNDS=N                       rounds per model (default 5)
 #   BENCH_THREADS=N                      threads for all three (default 2)
 #   BENCH_OUT=FILE                       where the table goes
 #
 # Writes bench/results/gemm_floor.md. Runs with OPENBLAS_CORETYPE unset, as bench/run.sh.
 set -euo pipefail
+ARGS=()  # ONNX files as absolute paths: the script works from the repository root
+for a in "$@"; do
+  if [ -f "$a" ]; then ARGS+=("$(realpath "$a")"); else ARGS+=("$a"); fi
+done
 cd "$(dirname "$0")/.."
 unset OPENBLAS_CORETYPE
 BUILD="${BUILD_DIR:-build}"
@@ -24,7 +29,7 @@ PEERS=bench/peers
 OUT="${BENCH_OUT:-bench/results/gemm_floor.md}"
 ROUNDS="${BENCH_ROUNDS:-5}"
 THREADS="${BENCH_THREADS:-2}"
-MODELS=("$@")
+MODELS=("${ARGS[@]}")
 [ ${#MODELS[@]} -gt 0 ] || MODELS=(bert-base gpt2 vit)
 for tool in "$COLLAGE" "$FLOOR"; do
   [ -x "$tool" ] || { echo "gemm_floor.sh: $tool is not built (cmake --build $BUILD)" >&2; exit 2; }
@@ -35,10 +40,16 @@ WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
 rows=()
-for model in "${MODELS[@]}"; do
+for spec in "${MODELS[@]}"; do
+  # A zoo model's name, or an ONNX file of the user's (named by its file in the table).
+  model="$(basename "$spec" .onnx)"
   dir="$WORK/$model"
   mkdir -p "$dir"
-  "$COLLAGE" zoo "$model" -o "$dir/model.onnx" >/dev/null
+  if [ -f "$spec" ]; then
+    cp "$spec" "$dir/model.onnx"
+  else
+    "$COLLAGE" zoo "$spec" -o "$dir/model.onnx" >/dev/null
+  fi
   echo "== $model: tune" >&2
   "$COLLAGE" tune "$dir/model.onnx" --threads "$THREADS" -o "$dir/plan.json" \
     --cost-db "$dir/costs.db" >"$dir/tune.log" 2>&1 ||
