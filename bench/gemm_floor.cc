@@ -39,11 +39,14 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
 
+#include "backends/onednn/dnnl_common.h"
+#include "backends/onednn/kernels.h"
 #include "collage/model.h"
 #include "runtime/interleaved_timing.h"
 #include "runtime/threads.h"
@@ -224,11 +227,11 @@ std::map<ConvShape, int> conv_shapes(const Graph& graph, int& skipped) {
   return count;
 }
 
-// A 1x1 conv whose output (through one Relu or Clip at most) only a 3x3 depthwise conv with
-// pads 1 and stride 1 or 2 reads: oneDNN runs the two as one primitive (the depthwise conv a
-// post-op, append_dw), which the onednn backends build where it is faster (docs/DESIGN.md,
-// "Cross-op fusion: 1x1 conv + depthwise conv"). The floor takes the faster of the pair
-// as one primitive and its two convs alone.
+// A 1x1 conv, its elementwise tail and the 3x3 depthwise conv reading it: oneDNN runs the
+// two convs as one primitive (the depthwise conv a post-op, append_dw), which the onednn
+// backends build where it is faster (docs/DESIGN.md, "Cross-op fusion: 1x1 conv + depthwise
+// conv"). Found by the backend's own rule (grow_conv_dw); the floor takes the faster of the
+// pair as one primitive and its two convs alone.
 struct ConvPair {
   ConvShape pointwise, depthwise;
   auto tie() const { return std::tie(pointwise, depthwise); }
@@ -236,39 +239,24 @@ struct ConvPair {
 };
 
 std::map<ConvPair, int> conv_pairs(const Graph& graph) {
-  const std::vector<std::vector<NodeId>> readers = graph.consumers();
-  auto sole_reader = [&](ValueId v) -> const Node* {
-    const bool output =
-        std::find(graph.outputs.begin(), graph.outputs.end(), v) != graph.outputs.end();
-    return readers[v].size() == 1 && !output ? &graph.node(readers[v][0]) : nullptr;
-  };
   std::map<ConvPair, int> count;
-  for (const Node& node : graph.nodes()) {
-    const std::optional<ConvShape> head = conv_shape(graph, node);
-    if (!head) continue;
-    const ConvShape& pw = *head;
-    if (pw.in.size() != 2 || pw.group != 1 || pw.kernel != std::vector<int64_t>{1, 1} ||
-        pw.strides != std::vector<int64_t>{1, 1})
-      continue;
-    const Node* next = sole_reader(node.outputs[0]);
-    if (next && (next->op_type == "Relu" || next->op_type == "Clip"))
-      next = sole_reader(next->outputs[0]);
-    const std::optional<ConvShape> tail = next ? conv_shape(graph, *next) : std::nullopt;
-    if (!tail) continue;
-    const ConvShape& dw = *tail;
-    if (dw.group != pw.oc || dw.ic != pw.oc || dw.oc != pw.oc ||
-        dw.kernel != std::vector<int64_t>{3, 3} || dw.dilations != std::vector<int64_t>{0, 0} ||
-        dw.pad_begin != std::vector<int64_t>{1, 1} || dw.strides[0] != dw.strides[1] ||
-        dw.strides[0] > 2)
-      continue;
-    ++count[ConvPair{pw, dw}];
+  std::set<NodeId> heads;  // grow_conv_dw proposes each pair once per prefix of its tail
+  for (const Match& match : onednn::grow_conv_dw(graph)) {
+    std::vector<NodeId> convs;
+    for (NodeId n : match.nodes)
+      if (graph.node(n).op_type == "Conv") convs.push_back(n);
+    if (convs.size() != 2 || !heads.insert(convs[0]).second) continue;
+    const std::optional<ConvShape> pw = conv_shape(graph, graph.node(convs[0])),
+                                   dw = conv_shape(graph, graph.node(convs[1]));
+    if (pw && dw) ++count[ConvPair{*pw, *dw}];
   }
   return count;
 }
 
-// oneDNN's reference loops (`ref:any`); its `ref_fused_convolution` runs two jit primitives.
-bool plain_loops(const std::string& implementation) {
-  return implementation.rfind("ref", 0) == 0 && implementation.rfind("ref_fused", 0) != 0;
+// A single convolution's implementation the onednn backends run in a region: not oneDNN's
+// reference loops.
+bool jit_conv(const std::string& implementation) {
+  return !onednn::is_reference_impl(implementation);
 }
 
 // The fastest form of a convolution, and which it was.
@@ -278,15 +266,16 @@ struct ConvTiming {
 };
 
 // A convolution primitive built from `desc` with `post` (a depthwise post-op or none) and a
-// scratchpad of the caller's, as collage builds them (with a library-owned one, MobileNetV2's
-// one-pass 16 -> 96 1x1 + depthwise kernel ran 0.17 ms a run against 0.125: measured here),
-// timed alone and hot with every argument it takes; none where oneDNN has no such primitive
-// or only its reference loops.
+// scratchpad of the caller's, as collage builds them (onednn::base_attr; with a
+// library-owned one, MobileNetV2's one-pass 16 -> 96 1x1 + depthwise kernel ran 0.17 ms a
+// run against 0.125: measured here), timed alone and hot with every argument it takes; none
+// where oneDNN has no such primitive or only an implementation the onednn backends refuse
+// (`acceptable` says which they take).
 std::optional<ConvTiming> time_conv_primitive(const dnnl::convolution_forward::desc& desc,
-                                              const dnnl::post_ops& post, int repeat) {
+                                              const dnnl::post_ops& post,
+                                              bool (*acceptable)(const std::string&), int repeat) {
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::primitive_attr attr = onednn::base_attr();
   attr.set_post_ops(post);
   std::optional<dnnl::convolution_forward::primitive_desc> pd;
   try {
@@ -295,7 +284,7 @@ std::optional<ConvTiming> time_conv_primitive(const dnnl::convolution_forward::d
     return std::nullopt;  // no such form for this shape (a blocked layout, Winograd)
   }
   const std::string impl = pd->impl_info_str();
-  if (plain_loops(impl)) return std::nullopt;  // no plan keeps them
+  if (!acceptable(impl)) return std::nullopt;
   std::unordered_map<int, dnnl::memory> args;
   for (int arg :
        {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD,
@@ -319,7 +308,6 @@ std::optional<ConvTiming> time_conv_primitive(const dnnl::convolution_forward::d
 // The fastest of a convolution's forms; none where oneDNN builds only reference loops.
 std::optional<ConvTiming> onednn_conv_ms(const ConvShape& c, int repeat) {
   using dnnl::memory;
-  const size_t axes = c.in.size();
   memory::dims src{1, c.ic}, dst{1, c.oc}, weights;
   src.insert(src.end(), c.in.begin(), c.in.end());
   dst.insert(dst.end(), c.out.begin(), c.out.end());
@@ -328,36 +316,33 @@ std::optional<ConvTiming> onednn_conv_ms(const ConvShape& c, int repeat) {
   else
     weights = {c.oc, c.ic};
   weights.insert(weights.end(), c.kernel.begin(), c.kernel.end());
-  const memory::format_tag blocked = axes == 1   ? memory::format_tag::nCw16c
-                                     : axes == 2 ? memory::format_tag::nChw16c
-                                                 : memory::format_tag::nCdhw16c;
-  // A few input channels (an image's 3) are read plain into a blocked output, as a region
-  // reads its input tensor.
-  const memory::format_tag plain = axes == 1   ? memory::format_tag::ncw
-                                   : axes == 2 ? memory::format_tag::nchw
-                                               : memory::format_tag::ncdhw;
+  // The layout oneDNN picks, and channel-blocked; a few input channels (an image's 3) are
+  // read plain into a blocked output, as a region reads its input tensor.
+  const memory::desc any_src(src, memory::data_type::f32, memory::format_tag::any),
+      any_dst(dst, memory::data_type::f32, memory::format_tag::any),
+      blocked_src = onednn::channel_blocked_md(src), blocked_dst = onednn::channel_blocked_md(dst);
   struct Form {
-    memory::format_tag src, dst;
+    memory::desc src, dst;
     dnnl::algorithm algorithm;
   };
   std::vector<Form> forms = {
-      {memory::format_tag::any, memory::format_tag::any, dnnl::algorithm::convolution_direct},
-      {c.ic < 16 ? plain : blocked, blocked, dnnl::algorithm::convolution_direct}};
-  const bool winograd_shape = axes == 2 && c.group == 1 && c.kernel == std::vector<int64_t>{3, 3} &&
-                              c.strides == std::vector<int64_t>{1, 1} &&
-                              c.dilations == std::vector<int64_t>{0, 0};
-  if (winograd_shape) forms.push_back({blocked, blocked, dnnl::algorithm::convolution_winograd});
+      {any_src, any_dst, dnnl::algorithm::convolution_direct},
+      {c.ic < 16 ? onednn::plain_md(Shape(src.begin(), src.end())) : blocked_src, blocked_dst,
+       dnnl::algorithm::convolution_direct}};
+  const bool winograd_shape =
+      c.in.size() == 2 && c.group == 1 && c.kernel == std::vector<int64_t>{3, 3} &&
+      c.strides == std::vector<int64_t>{1, 1} && c.dilations == std::vector<int64_t>{0, 0};
+  if (winograd_shape)
+    forms.push_back({blocked_src, blocked_dst, dnnl::algorithm::convolution_winograd});
   ConvTiming best;
   for (const Form& form : forms) {
     const std::optional<ConvTiming> t = time_conv_primitive(
         dnnl::convolution_forward::desc(
-            dnnl::prop_kind::forward_inference, form.algorithm,
-            memory::desc(src, memory::data_type::f32, form.src),
+            dnnl::prop_kind::forward_inference, form.algorithm, form.src,
             memory::desc(weights, memory::data_type::f32, memory::format_tag::any),
-            memory::desc({c.oc}, memory::data_type::f32, memory::format_tag::a),
-            memory::desc(dst, memory::data_type::f32, form.dst), c.strides, c.dilations,
-            c.pad_begin, c.pad_end),
-        dnnl::post_ops(), repeat);
+            memory::desc({c.oc}, memory::data_type::f32, memory::format_tag::a), form.dst,
+            c.strides, c.dilations, c.pad_begin, c.pad_end),
+        dnnl::post_ops(), jit_conv, repeat);
     if (t && t->timing.median_ms < best.timing.median_ms) best = *t;
   }
   if (best.implementation.empty()) return std::nullopt;
@@ -372,18 +357,22 @@ Timing onednn_pair_ms(const ConvPair& p, int repeat) {
   const ConvShape& c = p.pointwise;
   const memory::dims src{1, c.ic, c.in[0], c.in[1]}, mid{1, c.oc, c.out[0], c.out[1]};
   Timing best{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
-  for (memory::format_tag activations : {memory::format_tag::any, memory::format_tag::nChw16c}) {
+  for (bool blocked : {false, true}) {
+    auto activations = [&](const memory::dims& dims) {
+      return blocked ? onednn::channel_blocked_md(dims)
+                     : memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
+    };
     dnnl::post_ops post;
     post.append_dw(memory::data_type::f32, memory::data_type::f32, memory::data_type::f32, 3,
                    p.depthwise.strides[0], 1, 0, {});
     const std::optional<ConvTiming> t = time_conv_primitive(
         dnnl::convolution_forward::desc(
             dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-            memory::desc(src, memory::data_type::f32, activations),
+            activations(src),
             memory::desc({c.oc, c.ic, 1, 1}, memory::data_type::f32, memory::format_tag::any),
-            memory::desc({c.oc}, memory::data_type::f32, memory::format_tag::a),
-            memory::desc(mid, memory::data_type::f32, activations), {1, 1}, {0, 0}, {0, 0}, {0, 0}),
-        post, repeat);
+            memory::desc({c.oc}, memory::data_type::f32, memory::format_tag::a), activations(mid),
+            {1, 1}, {0, 0}, {0, 0}, {0, 0}),
+        post, onednn::jit_fused, repeat);
     if (t && t->timing.median_ms < best.median_ms) best = t->timing;
   }
   return best;

@@ -55,6 +55,9 @@ NodeId depthwise_post_op(const Graph& g, const std::vector<std::vector<NodeId>>&
 // two-primitive form, where its own two primitives in one program ran 20-30 % faster per pair
 // (MobileNetV2 at 2 threads, docs/DESIGN.md "Cross-op fusion: 1x1 conv + depthwise conv").
 enum class DepthwisePairForm { kAnyJit, kOnePass };
+// Whether oneDNN's implementation of the pair is one the backends take: its one-pass jit
+// kernel, or its two-primitive form with no reference part.
+bool jit_fused(const std::string& implementation);
 void emit_conv_dw(const Graph& subgraph, ValueMemories& values,
                   ConvAlgorithm algorithm = ConvAlgorithm::kDirect,
                   DepthwisePairForm form = DepthwisePairForm::kAnyJit);
