@@ -11,26 +11,42 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace collage {
 
-// Cephes-style: exp(x) = 2^n * exp(r), |r| <= ln2/2, exp(r) by a degree-6 polynomial.
-inline float fast_exp(float x) {
-  x = std::clamp(x, -87.0f, 88.0f);
+// Cephes-style: exp(x) = 2^n * exp(r), |r| <= ln2/2, exp(r) by a degree-6 polynomial. `T` is
+// float, or a GCC vector of floats (float __attribute__((vector_size(64))): 16 lanes, one
+// AVX-512 register) computed lane by lane with the same arithmetic, for kernels that keep
+// channels in vector values (onednn's depthwise conv step).
+template <class T>
+inline T fast_exp(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    x = std::clamp(x, -87.0f, 88.0f);
+  } else {
+    x = x < -87.0f ? T{} - 87.0f : x;
+    x = x > 88.0f ? T{} + 88.0f : x;
+  }
   // Adding 1.5 * 2^23 rounds to an integer in the float unit (vectorizes, unlike rint calls).
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
+  const T n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const T r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  T p = T{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  if constexpr (std::is_same_v<T, float>) {
+    return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  } else {
+    typedef int32_t Int __attribute__((vector_size(sizeof(T))));
+    return p * reinterpret_cast<T>((__builtin_convertvector(n, Int) + 127) << 23);
+  }
 }
 
-inline float fast_sigmoid(float x) {
+template <class T>
+inline T fast_sigmoid(T x) {
   return 1.0f / (1.0f + fast_exp(-x));
 }
 

@@ -339,7 +339,7 @@ void Epilogue::run_segment(int64_t o, int64_t segment, int thread, std::span<con
         break;
       }
       case Op::kSigmoid:
-        unary_loop(d, a.p, n, fast_sigmoid);
+        unary_loop(d, a.p, n, fast_sigmoid<float>);
         break;
       case Op::kTanh:
         unary_loop(d, a.p, n, fast_tanh);
