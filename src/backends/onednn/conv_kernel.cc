@@ -230,19 +230,35 @@ void emit_depthwise_conv3d(const Graph& sub, const Node& node, const Geometry& g
       xs, ys, sub.value(node.input(1)).constant, std::move(bias),
       std::vector<int64_t>(geo.strides.begin(), geo.strides.end()), std::move(dilations),
       std::vector<int64_t>(geo.pad_l.begin(), geo.pad_l.end()));
-  program.add_custom(
+  program.add_unary_custom(
       kDepthwiseConv3dStep,
-      [step](const dnnl_exec_arg_t* args, int count) {
-        step->run(custom_step_data(args, count, DNNL_ARG_SRC),
-                  custom_step_data(args, count, DNNL_ARG_DST));
+      [step](const float* x, float* y) {
+        step->run(x, y);
         return dnnl_success;
       },
-      {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, conv_dst}}, dnnl::primitive::kind::convolution);
+      src, conv_dst, dnnl::primitive::kind::convolution);
   if (!tail.ops.empty()) add_epilogue(nullptr, tail.ops, ys, conv_dst, dst, values);
   values.produced(tail.out, dst);
 }
 
 }  // namespace
+
+bool depthwise_conv_node(const Graph& g, const Node& n, size_t rank) {
+  if (n.op_type != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1)
+    return false;
+  const Value& x = g.value(n.input(0));
+  const Value& w = g.value(n.input(1));
+  const Value& y = g.value(n.outputs[0]);
+  if (x.dtype != DType::kFloat32 || !x.shape_known || x.shape.size() != rank ||
+      w.dtype != DType::kFloat32 || !w.is_constant() || w.shape.size() != rank ||
+      y.dtype != DType::kFloat32 || !y.shape_known || y.shape.size() != rank)
+    return false;
+  const int64_t c = x.shape[1];
+  if (n.attr_int("group", 1) != c || w.shape[0] != c || w.shape[1] != 1 || y.shape[1] != c)
+    return false;
+  const ValueId b = n.inputs.size() > 2 ? n.input(2) : kNoValue;
+  return b == kNoValue || (g.value(b).is_constant() && g.value(b).dtype == DType::kFloat32);
+}
 
 std::string forward_conv_implementation(const Node& node, const Shape& xs, const Shape& ws,
                                         const Shape& ys) {

@@ -83,22 +83,10 @@ std::optional<BlockedStrides> blocked_strides(const dnnl::memory::desc& md) {
 }  // namespace
 
 bool depthwise_conv2d_shape(const Graph& g, const Node& n) {
-  if (n.op_type != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1)
-    return false;
-  const Value& x = g.value(n.input(0));
-  const Value& w = g.value(n.input(1));
-  const Value& y = g.value(n.outputs[0]);
-  if (x.dtype != DType::kFloat32 || !x.shape_known || x.shape.size() != 4 ||
-      w.dtype != DType::kFloat32 || !w.is_constant() || w.shape.size() != 4 ||
-      y.dtype != DType::kFloat32 || !y.shape_known || y.shape.size() != 4)
-    return false;
-  const int64_t c = x.shape[1], k = w.shape[2];
-  if (n.attr_int("group", 1) != c || w.shape[0] != c || w.shape[1] != 1 || y.shape[1] != c ||
-      w.shape[3] != k || k != 3)
-    return false;
-  if (n.input(2) != kNoValue &&
-      (!g.value(n.input(2)).is_constant() || g.value(n.input(2)).dtype != DType::kFloat32))
-    return false;
+  if (!depthwise_conv_node(g, n, 4)) return false;
+  const Shape& w = g.value(n.input(1)).shape;
+  const int64_t k = w[2];
+  if (k != 3 || w[3] != 3) return false;
   const std::vector<int64_t> strides = n.attr_ints("strides", {1, 1});
   if (strides.size() != 2 || strides[0] != strides[1] || (strides[0] != 1 && strides[0] != 2))
     return false;
@@ -301,14 +289,13 @@ void emit_depthwise_conv2d(const Graph& g, const Node& conv, const std::vector<f
   auto step = std::make_shared<const DepthwiseConv2d>(xs, ys, g.value(conv.input(1)).constant, bias,
                                                       conv.attr_ints("strides", {1, 1})[0], pad_t,
                                                       pad_l, ops, *in, *to);
-  values.program().add_custom(
+  values.program().add_unary_custom(
       kDepthwiseConv2dStep,
-      [step](const dnnl_exec_arg_t* args, int count) {
-        step->run(custom_step_data(args, count, DNNL_ARG_SRC),
-                  custom_step_data(args, count, DNNL_ARG_DST));
+      [step](const float* x, float* y) {
+        step->run(x, y);
         return dnnl_success;
       },
-      {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, dnnl::primitive::kind::convolution);
+      src, dst, dnnl::primitive::kind::convolution);
   values.produced(out, dst);
 }
 

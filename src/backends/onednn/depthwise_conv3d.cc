@@ -11,19 +11,10 @@
 namespace collage::onednn {
 
 bool depthwise_conv3d_takes(const Graph& g, const Node& n) {
-  if (n.op_type != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1)
-    return false;
+  if (!depthwise_conv_node(g, n, 5)) return false;
   const Value& x = g.value(n.input(0));
   const Value& w = g.value(n.input(1));
   const Value& y = g.value(n.outputs[0]);
-  if (x.dtype != DType::kFloat32 || !x.shape_known || x.shape.size() != 5 ||
-      w.dtype != DType::kFloat32 || !w.is_constant() || w.shape.size() != 5 ||
-      y.dtype != DType::kFloat32 || !y.shape_known)
-    return false;
-  const int64_t c = x.shape[1];
-  if (n.attr_int("group", 1) != c || w.shape[0] != c || w.shape[1] != 1 || y.shape[1] != c)
-    return false;
-  if (n.input(2) != kNoValue && !g.value(n.input(2)).is_constant()) return false;
   // Only where oneDNN's own is no jit kernel (its gemm-based convolution, or reference loops).
   const std::string impl = forward_conv_implementation(n, x.shape, w.shape, y.shape);
   return impl.empty() || is_gemm_impl(impl) || is_reference_impl(impl);

@@ -410,6 +410,17 @@ void Program::add_custom(std::string name, CustomStep custom,
   push_step(std::move(step), args);
 }
 
+void Program::add_unary_custom(std::string name, UnaryCustomStep run, const dnnl::memory& src,
+                               const dnnl::memory& dst, dnnl::primitive::kind kind) {
+  add_custom(
+      std::move(name),
+      [run = std::move(run)](const dnnl_exec_arg_t* args, int count) {
+        return run(custom_step_data(args, count, DNNL_ARG_SRC),
+                   custom_step_data(args, count, DNNL_ARG_DST));
+      },
+      {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, kind);
+}
+
 void Program::push_step(Step step, const std::vector<std::pair<int, dnnl::memory>>& args) {
   for (const auto& [arg, memory] : args) {
     step.args.push_back({arg, memory.get()});

@@ -141,6 +141,12 @@ class Program {
   using CustomStep = std::function<dnnl_status_t(const dnnl_exec_arg_t* args, int count)>;
   void add_custom(std::string name, CustomStep step, std::vector<std::pair<int, dnnl::memory>> args,
                   dnnl::primitive::kind kind = dnnl::primitive::kind::undef);
+  // The common case: a custom step that reads one float buffer, `src` (DNNL_ARG_SRC), and
+  // writes another, `dst` (DNNL_ARG_DST); `run` is given their data each run.
+  using UnaryCustomStep = std::function<dnnl_status_t(const float* src, float* dst)>;
+  void add_unary_custom(std::string name, UnaryCustomStep run, const dnnl::memory& src,
+                        const dnnl::memory& dst,
+                        dnnl::primitive::kind kind = dnnl::primitive::kind::undef);
 
   // A point to roll back to: an emitter that throws after adding steps (a fused group
   // oneDNN refuses late) must not leave half a group in a program that goes on.

@@ -31,15 +31,14 @@ void emit_expand(const Graph& sub, ValueMemories& values) {
   if (!flat_f32(dst, out_numel)) dst = values.fresh_destination(y, plain_md(out));
   auto plan =
       std::make_shared<const ops::elem::BroadcastPlan>(ops::elem::make_broadcast_plan(out, {in}));
-  values.program().add_custom(
+  values.program().add_unary_custom(
       kExpandStep,
-      [plan](const dnnl_exec_arg_t* args, int count) {
+      [plan](const float* x, float* y) {
         // for_each_row runs one thread under its threshold and inside a lane's one thread.
-        ops::elem::broadcast_copy(*plan, custom_step_data(args, count, DNNL_ARG_SRC),
-                                  custom_step_data(args, count, DNNL_ARG_DST));
+        ops::elem::broadcast_copy(*plan, x, y);
         return dnnl_success;
       },
-      {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, dnnl::primitive::kind::reorder);
+      src, dst, dnnl::primitive::kind::reorder);
   values.produced(y, dst);
 }
 

@@ -230,12 +230,8 @@ void add_step(const Graph& sub, ValueId x, ValueId out, const PlaneSplit& split,
     fail(ErrorKind::kInternal, "onednn: group norm got a layout it can't walk");
   auto step = std::make_shared<const GroupNormStep>(split, layout, epsilon, std::move(scale),
                                                     std::move(shift), silu);
-  values.program().add_custom(kGroupNormStep,
-                              [step](const dnnl_exec_arg_t* args, int count) {
-                                return step->run(custom_step_data(args, count, DNNL_ARG_SRC),
-                                                 custom_step_data(args, count, DNNL_ARG_DST));
-                              },
-                              {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+  values.program().add_unary_custom(
+      kGroupNormStep, [step](const float* x, float* y) { return step->run(x, y); }, src, dst);
   values.produced(out, dst);
 }
 

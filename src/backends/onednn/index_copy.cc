@@ -137,13 +137,9 @@ void emit_index_copy(const Graph& sub, ValueMemories& values) {
   dnnl::memory dst = values.destination(y, plain_md(out));
   if (!flat_f32(dst, shape_numel(out))) dst = values.fresh_destination(y, plain_md(out));
   auto table = std::make_shared<const Rows>(std::move(*rows));
-  values.program().add_custom(
-      kIndexCopyStep,
-      [table](const dnnl_exec_arg_t* args, int count) {
-        return copy_rows(*table, custom_step_data(args, count, DNNL_ARG_SRC),
-                         custom_step_data(args, count, DNNL_ARG_DST));
-      },
-      {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, dnnl::primitive::kind::reorder);
+  values.program().add_unary_custom(
+      kIndexCopyStep, [table](const float* x, float* y) { return copy_rows(*table, x, y); }, src,
+      dst, dnnl::primitive::kind::reorder);
   values.produced(y, dst);
 }
 

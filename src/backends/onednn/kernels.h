@@ -39,6 +39,10 @@ void emit_conv(const Graph& subgraph, ValueMemories& values,
                ConvAlgorithm algorithm = ConvAlgorithm::kDirect);
 std::unique_ptr<Kernel> compile_conv(const Graph& subgraph,
                                      ConvAlgorithm algorithm = ConvAlgorithm::kDirect);
+// Whether Conv node `n` of `g` is depthwise over a float32 input of `rank` dims: group = input
+// channels = output channels, constant float32 weights [C, 1, k...], a constant float32 bias or
+// none (what collage's depthwise steps, depthwise_conv2d.h and depthwise_conv3d.h, start from).
+bool depthwise_conv_node(const Graph& g, const Node& n, size_t rank);
 // A 1x1 stride-1 Conv, its eltwise tail, a 3x3 depthwise Conv (pads 1, stride 1 or 2) and
 // its eltwise tail as ONE primitive: the depthwise conv is the 1x1's post-op (append_dw).
 // grow_conv_dw proposes every such chain (each prefix of the second tail).  conv_kernel.cc

@@ -604,12 +604,8 @@ void emit_rms_norm(const Graph& sub, ValueMemories& values) {
   const dnnl::memory dst = values.destination(spec->out, md);
   auto step =
       std::make_shared<const RmsNormStep>(shape_numel(xs) / n, n, spec->epsilon, std::move(gamma));
-  values.program().add_custom(kRmsNormStep,
-                              [step](const dnnl_exec_arg_t* args, int count) {
-                                return step->run(custom_step_data(args, count, DNNL_ARG_SRC),
-                                                 custom_step_data(args, count, DNNL_ARG_DST));
-                              },
-                              {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+  values.program().add_unary_custom(
+      kRmsNormStep, [step](const float* x, float* y) { return step->run(x, y); }, src, dst);
   values.produced(spec->out, dst);
 }
 

@@ -506,12 +506,8 @@ void emit_squeeze_excite(const Graph& sub, ValueMemories& values) {
   auto step = std::make_shared<SqueezeExciteStep>(
       xs[0], xs[1], pixels, *constant(se->squeeze, 1), constant(se->squeeze, 2), se->act,
       *constant(se->excite, 1), constant(se->excite, 2), se->gate, *in, *out);
-  values.program().add_custom(kSqueezeExciteStep,
-                              [step](const dnnl_exec_arg_t* args, int count) {
-                                return step->run(custom_step_data(args, count, DNNL_ARG_SRC),
-                                                 custom_step_data(args, count, DNNL_ARG_DST));
-                              },
-                              {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+  values.program().add_unary_custom(
+      kSqueezeExciteStep, [step](const float* x, float* y) { return step->run(x, y); }, src, dst);
   values.produced(se->out, dst);
 }
 

@@ -179,13 +179,9 @@ void emit_taps_resize(const Graph& sub, ValueMemories& values) {
   if (!flat_f32(src, shape_numel(xs)))
     fail(ErrorKind::kInternal, "onednn: a channels-last read of {} is not flat", node.name);
   auto step = std::make_shared<TapsResize>(std::move(*resize));
-  values.program().add_custom(
-      kTapsResizeStep,
-      [step](const dnnl_exec_arg_t* args, int count) {
-        return step->run(custom_step_data(args, count, DNNL_ARG_SRC),
-                         custom_step_data(args, count, DNNL_ARG_DST));
-      },
-      {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, dnnl::primitive::kind::resampling);
+  values.program().add_unary_custom(
+      kTapsResizeStep, [step](const float* x, float* y) { return step->run(x, y); }, src, dst,
+      dnnl::primitive::kind::resampling);
   values.produced(y, dst);
   // The group's elementwise tail, as primitives of their own after it.
   std::vector<bool> covered(sub.num_nodes(), false);

@@ -109,13 +109,9 @@ void emit_unary_math(const Graph& sub, ValueMemories& values) {
   dnnl::memory dst = values.destination(y, src.get_desc());
   if (!flat_f32(dst, numel)) dst = values.fresh_destination(y, src.get_desc());
   const Loop f = functions().at(n.op_type);
-  values.program().add_custom(
-      kUnaryMathStep,
-      [f, numel](const dnnl_exec_arg_t* args, int count) {
-        return apply(f, custom_step_data(args, count, DNNL_ARG_SRC),
-                     custom_step_data(args, count, DNNL_ARG_DST), numel);
-      },
-      {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, dnnl::primitive::kind::eltwise);
+  values.program().add_unary_custom(
+      kUnaryMathStep, [f, numel](const float* x, float* y) { return apply(f, x, y, numel); }, src,
+      dst, dnnl::primitive::kind::eltwise);
   values.produced(y, dst);
 }
 
