@@ -92,9 +92,12 @@ struct BackendShare {
 };
 
 struct TuneResult {
-  Plan plan;                         // the winner
-  std::string winner;                // "tuned", "tuned-sequential" or the single backend that won
-  std::vector<PlanTiming> timings;   // tuned first, then each single-backend plan
+  Plan plan;  // the winner
+  // "tuned", "tuned-sequential", "tuned#N" (a runner-up of the search), or the single-backend
+  // plan that won ("onednn-graph", or "onednn-graph/blocked": a graph-level backend's plan
+  // with every region in one of its variants)
+  std::string winner;
+  std::vector<PlanTiming> timings;   // tuned (and runners-up) first, then each single-backend plan
   std::vector<BackendShare> shares;  // of the winning plan
   size_t candidates = 0, cache_hits = 0, measured = 0, failed = 0;
   // Measured by other processes while this tune waited for them: a tuner of the same

@@ -259,8 +259,12 @@ void bind_plan(py::module_& m) {
 
   py::class_<TuneResult, std::shared_ptr<TuneResult>>(m, "TuneReport",
                                                       "What collage.tune measured and decided.")
-      .def_readonly("winner", &TuneResult::winner, "'tuned' or the single backend that won")
-      .def_readonly("timings", &TuneResult::timings, "tuned first, then each single backend")
+      .def_readonly("winner", &TuneResult::winner,
+                    "'tuned', a runner-up 'tuned#N', or the single-backend plan that won "
+                    "('onednn-graph', or 'onednn-graph/blocked': every region in one variant)")
+      .def_readonly("timings", &TuneResult::timings,
+                    "tuned (and runners-up) first, then each single-backend plan, a graph-level "
+                    "backend's also in each of its region variants")
       .def_readonly("candidates", &TuneResult::candidates)
       .def_readonly("measured", &TuneResult::measured)
       .def_readonly("measured_elsewhere", &TuneResult::measured_elsewhere,

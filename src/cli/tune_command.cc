@@ -73,7 +73,10 @@ void print_result(const TuneResult& r) {
   for (const auto& t : r.timings) from_db = from_db || t.from_cost_db;
   fmt::print("\nend-to-end latency, measured side by side{} (median; * = the plan written):\n",
              from_db ? " by an earlier tune (cost DB)" : "");
-  fmt::print("  {:<16} {:>13} {:>13} {:>7} {:>16}\n", "plan", "predicted ms", "measured ms",
+  // Wide enough for the longest name ("onednn-graph/winograd2x2" and a mark).
+  size_t width = 16;
+  for (const auto& t : r.timings) width = std::max(width, t.name.size() + 1);
+  fmt::print("  {:<{}} {:>13} {:>13} {:>7} {:>16}\n", "plan", width, "predicted ms", "measured ms",
              "steps", "written plan is");
   double winner_ms = 0;
   int most_rounds = 0;
@@ -88,15 +91,15 @@ void print_result(const TuneResult& r) {
         std::isfinite(t.predicted_ms) ? fmt::format("{:.3f}", t.predicted_ms) : std::string("-");
     std::string name = (t.name == r.winner ? "*" : " ") + t.name;
     if (!t.timed) {
-      fmt::print("  {:<16} {:>13}   not timed: {}\n", name, predicted, t.not_timed_reason);
+      fmt::print("  {:<{}} {:>13}   not timed: {}\n", name, width, predicted, t.not_timed_reason);
       continue;
     }
     // A plan that fell far behind was timed in fewer rounds than the others.
     std::string rounds = t.rounds > 0 && t.rounds < most_rounds
                              ? fmt::format("   median of {} rounds: far behind", t.rounds)
                              : std::string();
-    fmt::print("  {:<16} {:>13} {:>13.3f} {:>7} {:>15.2f}x{}\n", name, predicted, t.measured_ms,
-               t.steps ? std::to_string(t.steps) : std::string("-"),
+    fmt::print("  {:<{}} {:>13} {:>13.3f} {:>7} {:>15.2f}x{}\n", name, width, predicted,
+               t.measured_ms, t.steps ? std::to_string(t.steps) : std::string("-"),
                winner_ms > 0 ? t.measured_ms / winner_ms : 0.0, rounds);
   }
 }

@@ -128,6 +128,13 @@ TEST(Tune, PlanCoversGraphRunsCorrectlyAndReusesCosts) {
     if (winner_ms > t.measured_ms) EXPECT_LT(first.plan.groups.size(), t.steps) << t.name;
   }
   EXPECT_GT(first.plans_timed, 0u);
+  // A graph-level backend's plan is a contender in each region variant its conv takes too.
+  std::set<std::string> contenders;
+  for (const PlanTiming& t : first.timings) contenders.insert(t.name);
+  for (const char* variant :
+       {"onednn-graph/blocked", "onednn-graph/winograd", "onednn-graph/winograd2x2"})
+    EXPECT_EQ(contenders.count(variant), 1u) << variant;
+  EXPECT_EQ(contenders.count("onednn-graph/"), 0u);
 
   // The plan survives JSON and runs with outputs matching reference.
   Plan plan = Plan::from_json(first.plan.to_json());
