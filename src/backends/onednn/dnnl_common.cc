@@ -79,8 +79,8 @@ std::string backend_version() {
   // region's "winograd" variant builds more of its convs with it, and its tile blocks grow
   // where the transformed weights are large (winograd_conv.h). 46: the squeeze-excitation
   // step reads and writes channel blocks, so a "blocked" region stays blocked across it
-  // (squeeze_excite.cc). 47: in a region built blocked, 3x3 and 5x5 depthwise convs run as
-  // collage's own step (depthwise_conv2d.h).
+  // (squeeze_excite.cc). 47: in a region built blocked, 3x3 depthwise convs run as collage's
+  // own step (depthwise_conv2d.h).
   constexpr int kKernelRevision = 47;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
