@@ -80,8 +80,9 @@ std::string backend_version() {
   // where the transformed weights are large (winograd_conv.h). 46: the squeeze-excitation
   // step reads and writes channel blocks, so a "blocked" region stays blocked across it
   // (squeeze_excite.cc). 47: in a region built blocked, 3x3 depthwise convs run as collage's
-  // own step (depthwise_conv2d.h).
-  constexpr int kKernelRevision = 47;
+  // own step (depthwise_conv2d.h). 48: that step splits its rows evenly over the threads
+  // (it had split by channel block: an odd count of blocks left one thread more).
+  constexpr int kKernelRevision = 48;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
