@@ -16,6 +16,9 @@ PACKAGES=(
   # headers and library; libdnnl-dev only *recommends* them (we install no recommends).
   libdnnl-dev ocl-icd-opencl-dev opencl-headers libopenblas-dev libopenblas0-pthread libxnnpack-dev libpthreadpool-dev
   libhalide14-0-dev libtorch-dev
+  # LLVM's OpenMP runtime, which the CLI preloads in place of libgomp (src/cli/library_env.cc:
+  # a parallel region forks and joins in half the time)
+  libomp5-14
   # HalideConfig.cmake asks for its PNG and JPEG components by default and sets Halide_FOUND
   # to FALSE without their dev files (we install no recommends): the halide backend was
   # silently skipped on a fresh machine (scripts/check-fresh-machine.sh, 2026-12-05)

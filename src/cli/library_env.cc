@@ -29,6 +29,19 @@
 // heap instead (mallopt(M_MMAP_MAX, 0), no trimming) was tried first and dropped: the heap
 // grew by a block a run (docs/DESIGN.md, "Runtime").
 //
+// The OpenMP runtime. collage, oneDNN and libtorch call OpenMP through libgomp's entry points
+// (GCC builds them so), and each oneDNN primitive or collage step of a region is one parallel
+// region: MobileNetV2's plan forks and joins 54 a run. Under libgomp an empty parallel region
+// of 2 threads costs 3.0 us on this VM (a cross-core round trip is 0.45 us), under LLVM's
+// libomp, which implements libgomp's entry points too, 1.4-1.6 us. So where libomp is
+// installed (Debian's libomp5-14; the path CMake found, COLLAGE_LIBOMP) the CLI preloads it,
+// and every OpenMP call of the process goes to it. Measured 2026-12-07 on the 2-core EPYC
+// (alternating processes, 6 rounds, `run --plan` of tuned plans): MobileNetV2 0.948, ViT-tiny
+// (blas, halide, onednn) 0.83, BERT-tiny 0.88, ResNet-50 even. Its idle spin, KMP_BLOCKTIME,
+// is set to 1 ms, the least above zero it takes (0 made every fork wait for a wake-up: 33 us).
+// COLLAGE_OPENMP=libgomp keeps libgomp, and so does a binding variable (OMP_PROC_BIND,
+// OMP_PLACES, GOMP_CPU_AFFINITY, KMP_AFFINITY) unless COLLAGE_OPENMP=libomp asks for it.
+//
 // The main thread's CPUs. With OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY set, libgomp
 // binds the initial thread to its first place when it loads, before main(); the exec above
 // keeps that mask, so the re-executed libgomp saw one CPU and built one place, and put its
@@ -47,6 +60,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "util/openmp_runtime.h"
 
 namespace collage::cli {
 namespace {
@@ -84,6 +99,30 @@ bool runs_kernels(int argc, char** argv) {
   return false;
 }
 
+// Puts LLVM's libomp first in LD_PRELOAD (and bounds its idle spin) unless the user chose
+// libgomp, it is not installed, or the process runs it already. Returns whether it did.
+bool preload_libomp() {
+#ifdef COLLAGE_LIBOMP
+  const char* choice = std::getenv("COLLAGE_OPENMP");
+  if ((choice && std::strcmp(choice, "libomp") != 0) || openmp_runtime() == "libomp" ||
+      access(COLLAGE_LIBOMP, R_OK) != 0)
+    return false;
+  // A user who binds OpenMP's threads keeps libgomp, whose binding the main thread's mask
+  // is restored against (below); libomp binds at its first parallel region, after main().
+  for (const char* binding : {"OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY"})
+    if (!choice && std::getenv(binding)) return false;
+  const char* preload = std::getenv("LD_PRELOAD");
+  setenv(
+      "LD_PRELOAD",
+      preload && *preload ? (std::string(COLLAGE_LIBOMP) + ":" + preload).c_str() : COLLAGE_LIBOMP,
+      1);
+  if (!std::getenv("KMP_BLOCKTIME")) setenv("KMP_BLOCKTIME", "1", 1);
+  return true;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 void set_library_environment(int argc, char** argv) {
@@ -109,6 +148,7 @@ void set_library_environment(int argc, char** argv) {
         1);
     changed = true;
   }
+  if (preload_libomp()) changed = true;
   if (changed) execv("/proc/self/exe", argv);
   // exec failed (no /proc?): carry on with the libraries' defaults.
 }

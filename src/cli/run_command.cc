@@ -20,6 +20,7 @@
 #include "runtime/interleaved_timing.h"
 #include "runtime/partitioner.h"
 #include "util/compare.h"
+#include "util/openmp_runtime.h"
 
 namespace collage::cli {
 namespace {
@@ -191,6 +192,7 @@ int run(const RunOptions& o) {
         {"nodes", graph.num_nodes()},
         {"opset", graph.opset},
         {"threads", session.threads()},
+        {"openmp", openmp_runtime()},
         {"kernels", session.num_steps()},
         {"outputs", outs},
         {"backend_nodes",
@@ -208,10 +210,10 @@ int run(const RunOptions& o) {
     fmt::print("{}\n", out.dump(2));
     return 0;
   }
-  fmt::print("model: {} ({} nodes, opset {}, {}, {} threads, {} kernels)\n", o.model.path,
+  fmt::print("model: {} ({} nodes, opset {}, {}, {} threads on {}, {} kernels)\n", o.model.path,
              graph.num_nodes(), graph.opset,
              o.plan_path.empty() ? "backend " + backend : "plan " + o.plan_path, session.threads(),
-             session.num_steps());
+             openmp_runtime(), session.num_steps());
   if (coverage)
     fmt::print("placement: {} runs {} nodes; its patterns match {}\n", o.backend, coverage->placed,
                coverage->matched);

@@ -2,6 +2,7 @@
 
 #include "collage/device.h"
 #include "util/cpu_info.h"
+#include "util/openmp_runtime.h"
 
 #include <fmt/format.h>
 
@@ -11,6 +12,7 @@ namespace collage {
 
 std::string Hardware::fingerprint() const {
   std::string line = fmt::format("{} | {} | {} threads", cpu_model, isa, threads);
+  if (!openmp.empty()) line += " | " + openmp;
   if (!devices.empty()) line += " | " + devices;
   return line;
 }
@@ -30,6 +32,7 @@ Hardware this_machine(int threads) {
   hw.threads = threads;
   hw.cpu_model = this_cpu().model;
   hw.isa = this_cpu().isa;
+  if (openmp_runtime() == "libomp") hw.openmp = "libomp";
   return hw;
 }
 

@@ -1,5 +1,6 @@
 // What a measurement depends on besides the subgraph and the backend: the CPU and the
-// thread budget, and the devices (GPU model, driver) when a device backend is involved.
+// thread budget, the OpenMP runtime where it is not libgomp (util/openmp_runtime.h), and the
+// devices (GPU model, driver) when a device backend is involved.
 // Costs measured on another machine are never reused.
 #pragma once
 
@@ -12,9 +13,12 @@ struct Hardware {
   std::string cpu_model;  // /proc/cpuinfo "model name"
   std::string isa;        // the vector extensions that matter: avx2, avx512f, avx512_bf16, ...
   int threads = 0;
+  // "libomp" when the OpenMP calls go to LLVM's runtime, "" under libgomp (keys measured
+  // before the runtime was named stay valid there).
+  std::string openmp;
   // The devices a measurement used ("" for the host alone): their descriptions, "; "-separated.
   std::string devices;
-  std::string fingerprint() const;  // one line: model | isa | threads [| devices]
+  std::string fingerprint() const;  // one line: model | isa | threads [| openmp] [| devices]
 };
 
 // The CPU alone: a host-only measurement's key stays the same whether or not the machine

@@ -63,8 +63,9 @@ Session::Session(Graph graph, const Plan& plan, const SessionOptions& options)
   std::string here =
       with_devices(this_machine(threads_), devices_of(scheduled.placement)).fingerprint();
   if (!plan.hardware.empty() && plan.hardware != here)
-    spdlog::warn("this plan was tuned on another machine or thread count ({}); this is {}",
-                 plan.hardware, here);
+    spdlog::warn(
+        "this plan was tuned on another machine, thread count or OpenMP runtime ({}); this is {}",
+        plan.hardware, here);
   executor_ = std::make_unique<Executor>(
       *graph_, build_steps(*graph_, scheduled.placement, &scheduled.schedule));
 }

@@ -26,7 +26,10 @@ void use_threads_on_this_thread(int threads);
 //   - threads created inside such a scope inherit it (Linux copies the FP state: the
 //     executor's lane workers, a pool a kernel starts when it is compiled);
 //   - flush_denormals_on_openmp_team sets it on the workers of this thread's OpenMP team,
-//     which keep it (OpenMP reuses them for every later parallel region of this thread).
+//     which keep it under libgomp (it reuses them for every later parallel region of this
+//     thread); LLVM's libomp, which the CLI preloads (src/cli/library_env.cc), copies the
+//     forking thread's MXCSR to its workers at every fork instead (KMP_INHERIT_FP_CONTROL),
+//     so there the scope's own setting reaches them.
 // Pools a library started before (OpenBLAS's, at load) keep IEEE denormals.
 class DenormalsFlushed {
  public:

@@ -1,0 +1,45 @@
+# The CLI's OpenMP runtime (src/cli/library_env.cc): where CMake found LLVM's libomp
+# (COLLAGE_LIBOMP, passed by ctest; empty when not found), `run` preloads it and every OpenMP
+# call of the process goes to it (`run --json` names the runtime the calls bind to); a tuned
+# plan's hardware line names it, so costs measured under one runtime are not read under the
+# other; COLLAGE_OPENMP=libgomp keeps libgomp, and libomp goes in front of a user's LD_PRELOAD.
+import json
+import os
+
+import pytest
+
+from conftest import run
+
+LIBOMP = os.environ.get("COLLAGE_LIBOMP", "")
+
+
+def run_json(cli, model, env):
+    args = ["run", model, "--backend", "onednn", "--threads", "2", "--repeat", "2", "--json"]
+    return json.loads(run(cli, *args, env=env).stdout)
+
+
+def test_run_binds_openmp_to_libomp_where_it_is_installed(cli, model):
+    out = run_json(cli, model, dict(os.environ))
+    assert out["openmp"] == ("libomp" if LIBOMP else "libgomp"), out["openmp"]
+
+
+def test_collage_openmp_libgomp_keeps_libgomp(cli, model):
+    out = run_json(cli, model, dict(os.environ, COLLAGE_OPENMP="libgomp"))
+    assert out["openmp"] == "libgomp", out["openmp"]
+
+
+def test_libomp_goes_in_front_of_a_users_own_preload(cli, model):
+    if not LIBOMP:
+        pytest.skip("libomp.so.5 was not found at configure time: nothing is preloaded")
+    # The user's LD_PRELOAD (here libgomp itself) stays, behind libomp, whose definitions
+    # come first; the run works.
+    out = run_json(cli, model, dict(os.environ, LD_PRELOAD="libgomp.so.1"))
+    assert out["openmp"] == "libomp", out["openmp"]
+
+
+def test_a_plan_tuned_under_libomp_names_it(cli, model, workdir):
+    plan = workdir / "openmp-plan.json"
+    run(cli, "tune", model, "-o", plan, "--backends", "onednn", "--budget", "0", "--cost-db",
+        workdir / "openmp-costs.db", "--threads", "1")
+    hardware = json.loads(plan.read_text())["hardware"]
+    assert hardware.endswith(" | libomp") == bool(LIBOMP), hardware
