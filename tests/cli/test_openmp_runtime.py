@@ -2,7 +2,8 @@
 # (COLLAGE_LIBOMP, passed by ctest; empty when not found), `run` preloads it and every OpenMP
 # call of the process goes to it (`run --json` names the runtime the calls bind to); a tuned
 # plan's hardware line names it, so costs measured under one runtime are not read under the
-# other; COLLAGE_OPENMP=libgomp keeps libgomp, and libomp goes in front of a user's LD_PRELOAD.
+# other; COLLAGE_OPENMP=libgomp keeps libgomp, so does a thread-binding variable unless
+# COLLAGE_OPENMP=libomp, and libomp goes in front of a user's LD_PRELOAD.
 import json
 import os
 
@@ -13,19 +14,41 @@ from conftest import run
 LIBOMP = os.environ.get("COLLAGE_LIBOMP", "")
 
 
+BINDINGS = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
+
+
+def env_with(**extra):
+    """This environment without the variables that choose the runtime, plus `extra`."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in BINDINGS + ("COLLAGE_OPENMP", "LD_PRELOAD")}
+    env.update(extra)
+    return env
+
+
 def run_json(cli, model, env):
     args = ["run", model, "--backend", "onednn", "--threads", "2", "--repeat", "2", "--json"]
     return json.loads(run(cli, *args, env=env).stdout)
 
 
 def test_run_binds_openmp_to_libomp_where_it_is_installed(cli, model):
-    out = run_json(cli, model, dict(os.environ))
+    out = run_json(cli, model, env_with())
     assert out["openmp"] == ("libomp" if LIBOMP else "libgomp"), out["openmp"]
 
 
 def test_collage_openmp_libgomp_keeps_libgomp(cli, model):
-    out = run_json(cli, model, dict(os.environ, COLLAGE_OPENMP="libgomp"))
+    out = run_json(cli, model, env_with(COLLAGE_OPENMP="libgomp"))
     assert out["openmp"] == "libgomp", out["openmp"]
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+def test_a_binding_variable_keeps_libgomp_unless_libomp_is_asked_for(cli, model, binding):
+    if not LIBOMP:
+        pytest.skip("libomp.so.5 was not found at configure time: nothing is preloaded")
+    value = {"OMP_PROC_BIND": "true", "OMP_PLACES": "cores", "GOMP_CPU_AFFINITY": "0",
+             "KMP_AFFINITY": "disabled"}[binding]
+    assert run_json(cli, model, env_with(**{binding: value}))["openmp"] == "libgomp"
+    asked = run_json(cli, model, env_with(COLLAGE_OPENMP="libomp", **{binding: value}))
+    assert asked["openmp"] == "libomp", asked["openmp"]
 
 
 def test_libomp_goes_in_front_of_a_users_own_preload(cli, model):
@@ -33,13 +56,13 @@ def test_libomp_goes_in_front_of_a_users_own_preload(cli, model):
         pytest.skip("libomp.so.5 was not found at configure time: nothing is preloaded")
     # The user's LD_PRELOAD (here libgomp itself) stays, behind libomp, whose definitions
     # come first; the run works.
-    out = run_json(cli, model, dict(os.environ, LD_PRELOAD="libgomp.so.1"))
+    out = run_json(cli, model, env_with(LD_PRELOAD="libgomp.so.1"))
     assert out["openmp"] == "libomp", out["openmp"]
 
 
 def test_a_plan_tuned_under_libomp_names_it(cli, model, workdir):
     plan = workdir / "openmp-plan.json"
     run(cli, "tune", model, "-o", plan, "--backends", "onednn", "--budget", "0", "--cost-db",
-        workdir / "openmp-costs.db", "--threads", "1")
+        workdir / "openmp-costs.db", "--threads", "1", env=env_with())
     hardware = json.loads(plan.read_text())["hardware"]
     assert hardware.endswith(" | libomp") == bool(LIBOMP), hardware
