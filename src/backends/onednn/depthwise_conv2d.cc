@@ -32,12 +32,13 @@ inline void store(float* p, Vec v) {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+}  // namespace
+
 // The tail, folded: runs of Relu and Clip as one clamp (Relu is [0, inf), Clip [alpha, beta];
 // clamping a clamped value clamps its bounds), the other functions one by one.
-std::optional<std::vector<DepthwiseConv2d::Activation>> activations(
-    const std::vector<PostOp>& ops) {
-  using Kind = DepthwiseConv2d::Activation::Kind;
-  std::vector<DepthwiseConv2d::Activation> out;
+std::optional<std::vector<ConvActivation>> conv_activations(const std::vector<PostOp>& ops) {
+  using Kind = ConvActivation::Kind;
+  std::vector<ConvActivation> out;
   for (const PostOp& op : ops) {
     if (op.kind != PostOp::Kind::kEltwise) return std::nullopt;
     float lo = 0, hi = 0;
@@ -66,6 +67,35 @@ std::optional<std::vector<DepthwiseConv2d::Activation>> activations(
   }
   return out;
 }
+
+// oneDNN 2.6's definitions (dnnl_types.h), on 16 channels at once; a NaN stays a NaN, as on
+// the reference backend (every comparison with it is false).
+Vec16 activate(const std::vector<ConvActivation>& tail, Vec16 v) {
+  for (const ConvActivation& f : tail) {
+    switch (f.kind) {
+      case ConvActivation::Kind::kClamp:
+        v = v < f.a ? Vec16{} + f.a : v;
+        v = v > f.b ? Vec16{} + f.b : v;
+        break;
+      case ConvActivation::Kind::kLeakyRelu:
+        v = v > 0.0f ? v : v * f.a;
+        break;
+      case ConvActivation::Kind::kSwish:
+        v = v * fast_sigmoid(v * f.a);
+        break;
+      case ConvActivation::Kind::kHardSwish: {
+        Vec16 t = v + 3.0f;
+        t = t < 0.0f ? Vec16{} : t;
+        t = t > 6.0f ? Vec16{} + 6.0f : t;
+        v = v * t * (1.0f / 6);
+        break;
+      }
+    }
+  }
+  return v;
+}
+
+namespace {
 
 // `md` as BlockedStrides: 4-D float32, channels in blocks of 16, a block's pixels dense.
 std::optional<BlockedStrides> blocked_strides(const dnnl::memory::desc& md) {
@@ -98,7 +128,7 @@ bool depthwise_conv2d_shape(const Graph& g, const Node& n) {
 }
 
 bool depthwise_conv2d_takes(const std::vector<PostOp>& ops) {
-  return activations(ops).has_value();
+  return conv_activations(ops).has_value();
 }
 
 DepthwiseConv2d::DepthwiseConv2d(const Shape& x, const Shape& y, const Tensor& weights,
@@ -117,7 +147,7 @@ DepthwiseConv2d::DepthwiseConv2d(const Shape& x, const Shape& y, const Tensor& w
       pad_l_(pad_l),
       in_(in),
       out_(out) {
-  std::optional<std::vector<Activation>> tail = activations(ops);
+  std::optional<std::vector<Activation>> tail = conv_activations(ops);
   if (!tail) fail(ErrorKind::kInternal, "onednn: a depthwise conv tail the step can't apply");
   activations_ = std::move(*tail);
   const int64_t blocks = (c_ + kLanes - 1) / kLanes, taps = k_ * k_;
@@ -130,33 +160,6 @@ DepthwiseConv2d::DepthwiseConv2d(const Shape& x, const Shape& y, const Tensor& w
     if (!bias.empty()) bias_[ch] = bias[ch];
   }
   zeros_.assign(w_ * kLanes, 0.0f);
-}
-
-// oneDNN 2.6's definitions (dnnl_types.h), on 16 channels at once; a NaN stays a NaN, as on
-// the reference backend (every comparison with it is false).
-Vec DepthwiseConv2d::activate(Vec v) const {
-  for (const Activation& f : activations_) {
-    switch (f.kind) {
-      case Activation::Kind::kClamp:
-        v = v < f.a ? Vec{} + f.a : v;
-        v = v > f.b ? Vec{} + f.b : v;
-        break;
-      case Activation::Kind::kLeakyRelu:
-        v = v > 0.0f ? v : v * f.a;
-        break;
-      case Activation::Kind::kSwish:
-        v = v * fast_sigmoid(v * f.a);
-        break;
-      case Activation::Kind::kHardSwish: {
-        Vec t = v + 3.0f;
-        t = t < 0.0f ? Vec{} : t;
-        t = t > 6.0f ? Vec{} + 6.0f : t;
-        v = v * t * (1.0f / 6);
-        break;
-      }
-    }
-  }
-  return v;
 }
 
 template <int K, int S>
@@ -237,7 +240,7 @@ void DepthwiseConv2d::rows(const float* x, float* y, int64_t n, int64_t block, i
     for (; ox < ow_; ++ox) edge(ox);
     if (!clamp_only)
       for (int64_t i = 0; i < ow_; ++i)
-        store(out_row + i * kLanes, activate(load(out_row + i * kLanes)));
+        store(out_row + i * kLanes, activate(activations_, load(out_row + i * kLanes)));
   }
 }
 

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "backends/onednn/epilogue.h"
@@ -54,15 +55,23 @@ struct BlockedStrides {
 // 16 channels as one value (one zmm register with AVX-512; GCC splits it elsewhere).
 typedef float Vec16 __attribute__((vector_size(16 * sizeof(float))));
 
+// One function of a conv step's tail: a clamp to [a, b] (runs of Relu and Clip), LeakyRelu with
+// slope a, Swish x * sigmoid(a x) (SiLU: a = 1), HardSwish. Shared with the grouped step
+// (grouped_conv2d.h).
+struct ConvActivation {
+  enum class Kind { kClamp, kLeakyRelu, kSwish, kHardSwish } kind;
+  float a = 0, b = 0;
+};
+// Tail `ops` as such functions in order (runs of Relu and Clip folded into one clamp), or
+// nullopt where one is not such a function.
+std::optional<std::vector<ConvActivation>> conv_activations(const std::vector<PostOp>& ops);
+// `v` through `tail` (oneDNN's definitions, on 16 channels; a NaN stays a NaN).
+Vec16 activate(const std::vector<ConvActivation>& tail, Vec16 v);
+
 // The step's computation, with its geometry and constants.
 class DepthwiseConv2d {
  public:
-  // One function of the tail: a clamp to [a, b] (runs of Relu and Clip), LeakyRelu with slope
-  // a, Swish x * sigmoid(a x) (SiLU: a = 1), HardSwish.
-  struct Activation {
-    enum class Kind { kClamp, kLeakyRelu, kSwish, kHardSwish } kind;
-    float a = 0, b = 0;
-  };
+  using Activation = ConvActivation;
 
   // x [N, C, H, W], y [N, C, OH, OW], weights [C, 1, K, K], `bias` C values or empty, the
   // same `stride` on both axes, top and left pads, the tail `ops` (depthwise_conv2d_takes).
@@ -75,8 +84,6 @@ class DepthwiseConv2d {
  private:
   template <int K, int S>
   void rows(const float* x, float* y, int64_t n, int64_t block, int64_t oy0, int64_t oy1) const;
-
-  Vec16 activate(Vec16 v) const;
 
   int64_t n_, c_, h_, w_, oh_, ow_, k_, stride_, pad_t_, pad_l_;
   std::vector<Activation> activations_;  // the tail, in order

@@ -81,8 +81,9 @@ std::string backend_version() {
   // step reads and writes channel blocks, so a "blocked" region stays blocked across it
   // (squeeze_excite.cc). 47: in a region built blocked, 3x3 depthwise convs run as collage's
   // own step (depthwise_conv2d.h). 48: that step splits its rows evenly over the threads
-  // (it had split by channel block: an odd count of blocks left one thread more).
-  constexpr int kKernelRevision = 48;
+  // (it had split by channel block: an odd count of blocks left one thread more). 49: grouped
+  // 3x3 convs of 4-channel groups (8 at stride 2) run as collage's own step (grouped_conv2d.h).
+  constexpr int kKernelRevision = 49;
   return fmt::format("{}+r{}", library_version(), kKernelRevision);
 }
 
