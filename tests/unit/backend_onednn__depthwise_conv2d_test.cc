@@ -22,25 +22,13 @@
 namespace collage {
 namespace {
 
-using testing::attr_f;
 using testing::attr_i;
 using testing::attr_ints;
 using testing::GraphBuilder;
 using testing::onednn_graph;
 using testing::pick;
-using testing::steps_of;
 
-enum class Tail {
-  kNone,
-  kRelu,
-  kClip,
-  kReluThenClip,
-  kClipThenRelu,
-  kLeakyRelu,
-  kSilu,
-  kHardSwish,
-  kTanh
-};
+using Tail = testing::ConvTail;
 
 struct Depthwise2d {
   int64_t batch = 1, channels = 16, h = 8, w = 8, kernel = 3, stride = 1;
@@ -55,11 +43,6 @@ struct Depthwise2d {
                        between_convs ? " in a region" : "", convs, static_cast<int>(tail));
   }
 };
-
-ValueId clip(GraphBuilder& b, ValueId v, float lo, float hi) {
-  return b.add1("Clip", {v, b.constant(fmt::format("lo{}", v), Tensor::scalar<float>(lo)),
-                         b.constant(fmt::format("hi{}", v), Tensor::scalar<float>(hi))});
-}
 
 Graph depthwise_graph(const Depthwise2d& c) {
   GraphBuilder b;
@@ -79,35 +62,7 @@ Graph depthwise_graph(const Depthwise2d& c) {
                         {"kernel_shape", attr_ints({c.kernel, c.kernel})},
                         {"strides", attr_ints({c.stride, c.stride})},
                         {"pads", attr_ints({c.pads[0], c.pads[1], c.pads[2], c.pads[3]})}});
-    switch (c.tail) {
-      case Tail::kNone:
-        break;
-      case Tail::kRelu:
-        y = b.add1("Relu", {y});
-        break;
-      case Tail::kClip:
-        y = clip(b, y, 0.0f, 6.0f);
-        break;
-      case Tail::kReluThenClip:
-        y = clip(b, b.add1("Relu", {y}), -1.0f, 0.75f);
-        break;
-      case Tail::kClipThenRelu:
-        y = b.add1("Relu", {clip(b, y, -0.5f, 1.5f)});
-        break;
-      case Tail::kLeakyRelu:
-        y = b.add1("LeakyRelu", {y}, {{"alpha", attr_f(0.1f)}});
-        break;
-      case Tail::kSilu:  // as PyTorch exports nn.SiLU
-        y = b.add1("Mul", {y, b.add1("Sigmoid", {y})});
-        break;
-      case Tail::kHardSwish:  // as opset 13 exports nn.Hardswish
-        y = b.add1("Mul", {y, b.add1("HardSigmoid", {y},
-                                     {{"alpha", attr_f(1.0f / 6)}, {"beta", attr_f(0.5f)}})});
-        break;
-      case Tail::kTanh:
-        y = b.add1("Tanh", {y});
-        break;
-    }
+    y = testing::add_conv_tail(b, y, c.tail);
     outs.push_back(y);
   }
   ValueId y = outs.size() == 1 ? outs[0] : b.add1("Concat", outs, {{"axis", attr_i(1)}});
@@ -116,16 +71,9 @@ Graph depthwise_graph(const Depthwise2d& c) {
   return b.finish();
 }
 
-// `g` compiled whole on onednn-graph as `variant` and on reference, like reference; returns
-// its program's steps.
 testing::ProgramSteps expect_variant_like_reference(const Graph& g, const std::string& variant,
                                                     const std::string& what) {
-  CompileOptions options = testing::test_options(2);
-  options.variant = variant;
-  auto [got, want] =
-      testing::run_backend_and_reference(onednn_graph(), g, random_inputs(g, 11), options);
-  EXPECT_TRUE(testing::outputs_match(got, want)) << what << ", variant '" << variant << "'";
-  return steps_of(*onednn_graph().compile(g, options));
+  return testing::variant_steps_like_reference(g, variant, what, 11);
 }
 
 std::ptrdiff_t onednn_depthwise_kernels(const testing::ProgramSteps& steps) {

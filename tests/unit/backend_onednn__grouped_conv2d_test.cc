@@ -1,11 +1,12 @@
-// Grouped 3x3 convs of narrow groups in onednn-graph regions run as collage's own channels-last
-// step (grouped_conv2d.h): on randomized channel counts (multiples of 16), group widths 4 (stride
-// 1 and 2) and 8 (stride 2), sizes (narrower than the kernel to wide enough for its four-pixel
+// Grouped 3x3 convs of narrow groups in onednn-graph regions run as collage's own step
+// (grouped_conv2d.h): on randomized channel counts (multiples of 16), group widths 4 (stride 1
+// and 2) and 8 (stride 2), sizes (narrower than the kernel to wide enough for its four-pixel
 // loop), pads 0 to 2 per side, batches 1 and 2, with and without a bias and a tail (Relu, Clip,
-// LeakyRelu, SiLU), between two 1x1 convs and alone, in the default and blocked variants: like
-// the reference backend, the step in the program (once per grouped conv) and no oneDNN
-// convolution for it; widths it does not take (8 at stride 1, 16) and a tail it does not apply
-// keep oneDNN's kernel. A NaN stays where its taps reach.
+// both, LeakyRelu, SiLU, HardSwish), between two 1x1 convs and alone, in the default
+// (channels-last) and blocked (nChw16c) variants: like the reference backend, the step in the
+// program (once per grouped conv) and no oneDNN convolution for it; widths it does not take (8 at
+// stride 1, 16) and a tail it does not apply keep oneDNN's kernel. A NaN stays where its taps
+// reach.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,15 +23,13 @@
 namespace collage {
 namespace {
 
-using testing::attr_f;
 using testing::attr_i;
 using testing::attr_ints;
 using testing::GraphBuilder;
 using testing::onednn_graph;
 using testing::pick;
-using testing::steps_of;
 
-enum class Tail { kNone, kRelu, kClip, kLeakyRelu, kSilu, kTanh };
+using Tail = testing::ConvTail;
 
 struct Grouped2d {
   int64_t batch = 1, channels = 32, width = 4, h = 8, w = 8, stride = 1;
@@ -60,41 +59,15 @@ Graph grouped_graph(const Grouped2d& c) {
                       {"kernel_shape", attr_ints({3, 3})},
                       {"strides", attr_ints({c.stride, c.stride})},
                       {"pads", attr_ints({c.pads[0], c.pads[1], c.pads[2], c.pads[3]})}});
-  switch (c.tail) {
-    case Tail::kNone:
-      break;
-    case Tail::kRelu:
-      y = b.add1("Relu", {y});
-      break;
-    case Tail::kClip:
-      y = b.add1("Clip", {y, b.constant("lo", Tensor::scalar<float>(-0.5f)),
-                          b.constant("hi", Tensor::scalar<float>(1.5f))});
-      break;
-    case Tail::kLeakyRelu:
-      y = b.add1("LeakyRelu", {y}, {{"alpha", attr_f(0.1f)}});
-      break;
-    case Tail::kSilu:  // as PyTorch exports nn.SiLU
-      y = b.add1("Mul", {y, b.add1("Sigmoid", {y})});
-      break;
-    case Tail::kTanh:
-      y = b.add1("Tanh", {y});
-      break;
-  }
+  y = testing::add_conv_tail(b, y, c.tail);
   if (c.between_convs) y = pointwise(y, "after");
   b.output(y);
   return b.finish();
 }
 
-// `g` compiled whole on onednn-graph as `variant` and on reference, like reference; returns
-// its program's steps.
 testing::ProgramSteps expect_variant_like_reference(const Graph& g, const std::string& variant,
                                                     const std::string& what) {
-  CompileOptions options = testing::test_options(2);
-  options.variant = variant;
-  auto [got, want] =
-      testing::run_backend_and_reference(onednn_graph(), g, random_inputs(g, 13), options);
-  EXPECT_TRUE(testing::outputs_match(got, want)) << what << ", variant '" << variant << "'";
-  return steps_of(*onednn_graph().compile(g, options));
+  return testing::variant_steps_like_reference(g, variant, what, 13);
 }
 
 // oneDNN convolutions in the program besides the 1x1 convs around the grouped one.
@@ -105,7 +78,8 @@ std::ptrdiff_t onednn_grouped_convs(const testing::ProgramSteps& steps, const Gr
 
 TEST(OnednnGroupedConv2d, RandomShapesRunAsTheStepLikeReference) {
   std::mt19937 rng(83);
-  const Tail tails[] = {Tail::kNone, Tail::kRelu, Tail::kClip, Tail::kLeakyRelu, Tail::kSilu};
+  const Tail tails[] = {Tail::kNone,         Tail::kRelu,      Tail::kClip, Tail::kReluThenClip,
+                        Tail::kClipThenRelu, Tail::kLeakyRelu, Tail::kSilu, Tail::kHardSwish};
   for (int trial = 0; trial < testing::random_graph_count(24); ++trial) {
     Grouped2d c;
     c.batch = pick(rng, 1, 2);
@@ -116,7 +90,7 @@ TEST(OnednnGroupedConv2d, RandomShapesRunAsTheStepLikeReference) {
     c.h = pick(rng, static_cast<int>(std::max<int64_t>(1, 3 - c.pads[0] - c.pads[2])), 20);
     c.w = pick(rng, static_cast<int>(std::max<int64_t>(1, 3 - c.pads[1] - c.pads[3])), 20);
     c.bias = pick(rng, 0, 1) == 1;
-    c.tail = tails[pick(rng, 0, 4)];
+    c.tail = tails[pick(rng, 0, 7)];
     c.between_convs = trial % 4 != 3;
     SCOPED_TRACE(c.text());
     const Graph g = grouped_graph(c);

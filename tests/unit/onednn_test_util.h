@@ -17,6 +17,7 @@
 #include "backends/onednn/dnnl_common.h"
 #include "backends/onednn/region_kernel.h"
 #include "collage/backend.h"
+#include "graph_builder.h"
 #include "runtime/threads.h"
 
 namespace collage::testing {
@@ -73,6 +74,59 @@ inline ProgramSteps steps_of(const Kernel& kernel) {
   return {program->program().step_kinds(), program->program().implementations(),
           program->program().concurrent_stages()};
 }
+// `g` compiled whole on onednn-graph as `variant` and on reference, run on random inputs
+// (`seed`), like reference; returns its program's steps.
+inline ProgramSteps variant_steps_like_reference(const Graph& g, const std::string& variant,
+                                                 const std::string& what, uint64_t seed) {
+  CompileOptions options = test_options(2);
+  options.variant = variant;
+  auto [got, want] = run_backend_and_reference(onednn_graph(), g, random_inputs(g, seed), options);
+  EXPECT_TRUE(outputs_match(got, want)) << what << ", variant '" << variant << "'";
+  return steps_of(*onednn_graph().compile(g, options));
+}
+
+// The tails the conv steps' tests put after a conv (depthwise_conv2d.h takes all but kTanh),
+// as PyTorch exports them.
+enum class ConvTail {
+  kNone,
+  kRelu,
+  kClip,
+  kReluThenClip,
+  kClipThenRelu,
+  kLeakyRelu,
+  kSilu,
+  kHardSwish,
+  kTanh
+};
+inline ValueId add_conv_tail(GraphBuilder& b, ValueId y, ConvTail tail) {
+  auto clip = [&](ValueId v, float lo, float hi) {
+    return b.add1("Clip", {v, b.constant(fmt::format("lo{}", v), Tensor::scalar<float>(lo)),
+                           b.constant(fmt::format("hi{}", v), Tensor::scalar<float>(hi))});
+  };
+  switch (tail) {
+    case ConvTail::kNone:
+      return y;
+    case ConvTail::kRelu:
+      return b.add1("Relu", {y});
+    case ConvTail::kClip:
+      return clip(y, 0.0f, 6.0f);
+    case ConvTail::kReluThenClip:
+      return clip(b.add1("Relu", {y}), -1.0f, 0.75f);
+    case ConvTail::kClipThenRelu:
+      return b.add1("Relu", {clip(y, -0.5f, 1.5f)});
+    case ConvTail::kLeakyRelu:
+      return b.add1("LeakyRelu", {y}, {{"alpha", attr_f(0.1f)}});
+    case ConvTail::kSilu:
+      return b.add1("Mul", {y, b.add1("Sigmoid", {y})});
+    case ConvTail::kHardSwish:  // opset 13's nn.Hardswish
+      return b.add1("Mul", {y, b.add1("HardSigmoid", {y},
+                                      {{"alpha", attr_f(1.0f / 6)}, {"beta", attr_f(0.5f)}})});
+    case ConvTail::kTanh:
+      return b.add1("Tanh", {y});
+  }
+  return y;
+}
+
 // The thread count and COLLAGE_ONEDNN_LANES for one test, restored after it.
 class WithLanes {
  public:

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 
+#include "backends/onednn/conv_row_step.h"
 #include "backends/onednn/kernels.h"
 #include "collage/error.h"
 #include "util/fast_math.h"
@@ -135,31 +136,20 @@ DepthwiseConv2d::DepthwiseConv2d(const Shape& x, const Shape& y, const Tensor& w
                                  const std::vector<float>& bias, int64_t stride, int64_t pad_t,
                                  int64_t pad_l, const std::vector<PostOp>& ops, BlockedStrides in,
                                  BlockedStrides out)
-    : n_(x[0]),
-      c_(x[1]),
-      h_(x[2]),
-      w_(x[3]),
-      oh_(y[2]),
-      ow_(y[3]),
-      k_(weights.shape()[2]),
-      stride_(stride),
-      pad_t_(pad_t),
-      pad_l_(pad_l),
-      in_(in),
-      out_(out) {
+    : geo_(x, y, stride, pad_t, pad_l), k_(weights.shape()[2]), in_(in), out_(out) {
   std::optional<std::vector<Activation>> tail = conv_activations(ops);
   if (!tail) fail(ErrorKind::kInternal, "onednn: a depthwise conv tail the step can't apply");
   activations_ = std::move(*tail);
-  const int64_t blocks = (c_ + kLanes - 1) / kLanes, taps = k_ * k_;
+  const int64_t blocks = (geo_.c + kLanes - 1) / kLanes, taps = k_ * k_;
   const float* w = weights.data<float>();
   taps_.assign(blocks * taps * kLanes, 0.0f);
   bias_.assign(blocks * kLanes, 0.0f);
-  for (int64_t ch = 0; ch < c_; ++ch) {
+  for (int64_t ch = 0; ch < geo_.c; ++ch) {
     for (int64_t t = 0; t < taps; ++t)
       taps_[((ch / kLanes) * taps + t) * kLanes + ch % kLanes] = w[ch * taps + t];
     if (!bias.empty()) bias_[ch] = bias[ch];
   }
-  zeros_.assign(w_ * kLanes, 0.0f);
+  zeros_.assign(geo_.w * kLanes, 0.0f);
 }
 
 template <int K, int S>
@@ -183,20 +173,21 @@ void DepthwiseConv2d::rows(const float* x, float* y, int64_t n, int64_t block, i
     return v > hi ? hi : v;
   };
   // Output columns [first, last) read only columns inside the image.
-  const int64_t first = std::min(ow_, (pad_l_ + S - 1) / S);
-  const int64_t last =
-      w_ - K + pad_l_ < 0 ? first : std::clamp((w_ - K + pad_l_) / S + 1, first, ow_);
+  const int64_t first = std::min(geo_.ow, (geo_.pad_l + S - 1) / S);
+  const int64_t last = geo_.w - K + geo_.pad_l < 0
+                           ? first
+                           : std::clamp((geo_.w - K + geo_.pad_l) / S + 1, first, geo_.ow);
   for (int64_t oy = oy0; oy < oy1; ++oy) {
     // Each tap row's input row, or zeros above and below the image.
     const float* in_rows[K];
     for (int ky = 0; ky < K; ++ky) {
-      const int64_t iy = oy * S - pad_t_ + ky;
-      in_rows[ky] = iy >= 0 && iy < h_ ? xb + iy * w_ * kLanes : zeros_.data();
+      const int64_t iy = oy * S - geo_.pad_t + ky;
+      in_rows[ky] = iy >= 0 && iy < geo_.h ? xb + iy * geo_.w * kLanes : zeros_.data();
     }
-    float* out_row = yb + oy * ow_ * kLanes;
+    float* out_row = yb + oy * geo_.ow * kLanes;
     // One output of column `ox`, its taps [kx_lo, kx_hi) of each row inside the image.
     auto one = [&](int64_t ox, int kx_lo, int kx_hi) {
-      const int64_t ix0 = ox * S - pad_l_;
+      const int64_t ix0 = ox * S - geo_.pad_l;
       Vec acc = bias;
 #pragma GCC unroll 3
       for (int ky = 0; ky < K; ++ky)
@@ -205,16 +196,16 @@ void DepthwiseConv2d::rows(const float* x, float* y, int64_t n, int64_t block, i
       store(out_row + ox * kLanes, clamp(acc));
     };
     auto edge = [&](int64_t ox) {
-      const int64_t ix0 = ox * S - pad_l_;
+      const int64_t ix0 = ox * S - geo_.pad_l;
       one(ox, static_cast<int>(std::clamp<int64_t>(-ix0, 0, K)),
-          static_cast<int>(std::clamp<int64_t>(w_ - ix0, 0, K)));
+          static_cast<int>(std::clamp<int64_t>(geo_.w - ix0, 0, K)));
     };
     int64_t ox = 0;
     for (; ox < first; ++ox) edge(ox);
     // Four neighbouring outputs at once: they share their rows' input pixels, loaded once.
     for (; ox + 4 <= last; ox += 4) {
       Vec a0 = bias, a1 = bias, a2 = bias, a3 = bias;
-      const int64_t ix0 = ox * S - pad_l_;
+      const int64_t ix0 = ox * S - geo_.pad_l;
 #pragma GCC unroll 3
       for (int ky = 0; ky < K; ++ky) {
         const float* r = in_rows[ky] + ix0 * kLanes;
@@ -237,34 +228,23 @@ void DepthwiseConv2d::rows(const float* x, float* y, int64_t n, int64_t block, i
       store(o + 3 * kLanes, clamp(a3));
     }
     for (; ox < last; ++ox) one(ox, 0, K);
-    for (; ox < ow_; ++ox) edge(ox);
+    for (; ox < geo_.ow; ++ox) edge(ox);
     if (!clamp_only)
-      for (int64_t i = 0; i < ow_; ++i)
+      for (int64_t i = 0; i < geo_.ow; ++i)
         store(out_row + i * kLanes, activate(activations_, load(out_row + i * kLanes)));
   }
 }
 
 void DepthwiseConv2d::run(const float* x, float* y) const {
-  const int64_t blocks = (c_ + kLanes - 1) / kLanes;
-  // Each thread takes an equal share of all output rows, (image, channel block, row) in order,
-  // one contiguous range: a block's rows stay together, and no thread waits for another at
-  // the end (MobileNetV2's 144 channels are 9 blocks: split by block, one thread had 5).
-  const int64_t threads = omp_in_parallel() ? 1 : std::max(1, omp_get_max_threads());
-  const int64_t rows = n_ * blocks * oh_;
-  const int64_t shares = std::min(threads, rows);
+  const int64_t blocks = (geo_.c + kLanes - 1) / kLanes;
+  // Each thread an equal share of all output rows (for_each_row_share).
   auto rows_of = [&](auto kernel) {
-    for_each_item(shares, [&](int64_t share) {
-      const int64_t end = rows * (share + 1) / shares;
-      for (int64_t row = rows * share / shares; row < end;) {
-        const int64_t plane = row / oh_, oy = row % oh_;
-        const int64_t stop = std::min(oh_, oy + end - row);
-        (this->*kernel)(x, y, plane / blocks, plane % blocks, oy, stop);
-        row += stop - oy;
-      }
+    for_each_row_share(geo_.n * blocks, geo_.oh, [&](int64_t plane, int64_t oy0, int64_t oy1) {
+      (this->*kernel)(x, y, plane / blocks, plane % blocks, oy0, oy1);
     });
   };
-  if (stride_ == 1) rows_of(&DepthwiseConv2d::rows<3, 1>);
-  if (stride_ == 2) rows_of(&DepthwiseConv2d::rows<3, 2>);
+  if (geo_.stride == 1) rows_of(&DepthwiseConv2d::rows<3, 1>);
+  if (geo_.stride == 2) rows_of(&DepthwiseConv2d::rows<3, 2>);
 }
 
 bool depthwise_conv2d_fits(const ValueMemories& values, ValueId x, const Shape& xs, ValueId out) {
@@ -298,14 +278,7 @@ void emit_depthwise_conv2d(const Graph& g, const Node& conv, const std::vector<f
   auto step = std::make_shared<const DepthwiseConv2d>(xs, ys, g.value(conv.input(1)).constant, bias,
                                                       conv.attr_ints("strides", {1, 1})[0], pad_t,
                                                       pad_l, ops, *in, *to);
-  values.program().add_unary_custom(
-      kDepthwiseConv2dStep,
-      [step](const float* x, float* y) {
-        step->run(x, y);
-        return dnnl_success;
-      },
-      src, dst, dnnl::primitive::kind::convolution);
-  values.produced(out, dst);
+  add_conv_row_step(kDepthwiseConv2dStep, step, src, dst, out, values);
 }
 
 }  // namespace collage::onednn

@@ -29,6 +29,7 @@
 #include <optional>
 #include <vector>
 
+#include "backends/onednn/conv_row_step.h"
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/value_memories.h"
 #include "collage/graph.h"
@@ -85,7 +86,8 @@ class DepthwiseConv2d {
   template <int K, int S>
   void rows(const float* x, float* y, int64_t n, int64_t block, int64_t oy0, int64_t oy1) const;
 
-  int64_t n_, c_, h_, w_, oh_, ow_, k_, stride_, pad_t_, pad_l_;
+  ConvRowGeometry geo_;
+  int64_t k_;
   std::vector<Activation> activations_;  // the tail, in order
   BlockedStrides in_, out_;
   std::vector<float> taps_;   // [C / 16 blocks][K * K][16]: lanes past C zero

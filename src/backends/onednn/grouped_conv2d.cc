@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 
+#include "backends/onednn/conv_row_step.h"
 #include "backends/onednn/kernels.h"
 #include "collage/error.h"
 
@@ -125,29 +126,18 @@ GroupedConv2d::GroupedConv2d(const Shape& x, const Shape& y, const Tensor& weigh
                              const std::vector<float>& bias, int64_t stride, int64_t pad_t,
                              int64_t pad_l, const std::vector<PostOp>& ops, GroupedConvStrides in,
                              GroupedConvStrides out)
-    : n_(x[0]),
-      c_(x[1]),
-      h_(x[2]),
-      w_(x[3]),
-      oh_(y[2]),
-      ow_(y[3]),
-      width_(weights.shape()[1]),
-      stride_(stride),
-      pad_t_(pad_t),
-      pad_l_(pad_l),
-      in_(in),
-      out_(out) {
+    : geo_(x, y, stride, pad_t, pad_l), width_(weights.shape()[1]), in_(in), out_(out) {
   std::optional<std::vector<ConvActivation>> tail = conv_activations(ops);
   if (!tail) fail(ErrorKind::kInternal, "onednn: a grouped conv tail the step can't apply");
   activations_ = std::move(*tail);
   const float* w = weights.data<float>();
-  taps_.assign(c_ * 9 * width_, 0.0f);
-  for (int64_t oc = 0; oc < c_; ++oc)
+  taps_.assign(geo_.c * 9 * width_, 0.0f);
+  for (int64_t oc = 0; oc < geo_.c; ++oc)
     for (int64_t j = 0; j < width_; ++j)
       for (int64_t t = 0; t < 9; ++t)
         taps_[(((oc / kLanes) * 9 + t) * width_ + j) * kLanes + oc % kLanes] =
             w[(oc * width_ + j) * 9 + t];
-  bias_.assign(c_, 0.0f);
+  bias_.assign(geo_.c, 0.0f);
   if (!bias.empty()) std::copy(bias.begin(), bias.end(), bias_.begin());
 }
 
@@ -172,21 +162,22 @@ void GroupedConv2d::rows(const float* x, float* y, int64_t n, int64_t block, int
   };
   const int64_t sp_in = in_.sp, sp_out = out_.sp;
   // Output columns [first, last) read only columns inside the image.
-  const int64_t first = std::min(ow_, (pad_l_ + S - 1) / S);
-  const int64_t last =
-      w_ - 3 + pad_l_ < 0 ? first : std::clamp((w_ - 3 + pad_l_) / S + 1, first, ow_);
+  const int64_t first = std::min(geo_.ow, (geo_.pad_l + S - 1) / S);
+  const int64_t last = geo_.w - 3 + geo_.pad_l < 0
+                           ? first
+                           : std::clamp((geo_.w - 3 + geo_.pad_l) / S + 1, first, geo_.ow);
   for (int64_t oy = oy0; oy < oy1; ++oy) {
     const float* in_rows[3];  // each tap row's input row, or null above and below the image
     for (int ky = 0; ky < 3; ++ky) {
-      const int64_t iy = oy * S - pad_t_ + ky;
-      in_rows[ky] = iy >= 0 && iy < h_ ? xb + iy * w_ * sp_in : nullptr;
+      const int64_t iy = oy * S - geo_.pad_t + ky;
+      in_rows[ky] = iy >= 0 && iy < geo_.h ? xb + iy * geo_.w * sp_in : nullptr;
     }
-    float* out_row = yb + oy * ow_ * sp_out;
+    float* out_row = yb + oy * geo_.ow * sp_out;
     // One output of column `ox`, its input columns outside the image skipped.
     auto one = [&](int64_t ox) {
-      const int64_t ix0 = ox * S - pad_l_;
+      const int64_t ix0 = ox * S - geo_.pad_l;
       const int kx_lo = static_cast<int>(std::clamp<int64_t>(-ix0, 0, 3));
-      const int kx_hi = static_cast<int>(std::clamp<int64_t>(w_ - ix0, 0, 3));
+      const int kx_hi = static_cast<int>(std::clamp<int64_t>(geo_.w - ix0, 0, 3));
       Vec acc = bias;
       for (int ky = 0; ky < 3; ++ky) {
         if (!in_rows[ky]) continue;
@@ -201,7 +192,7 @@ void GroupedConv2d::rows(const float* x, float* y, int64_t n, int64_t block, int
     // Four neighbouring outputs at once: their rows' input pixels loaded and permuted once.
     for (; ox + 4 <= last; ox += 4) {
       Vec a0 = bias, a1 = bias, a2 = bias, a3 = bias;
-      const int64_t ix0 = ox * S - pad_l_;
+      const int64_t ix0 = ox * S - geo_.pad_l;
       for (int ky = 0; ky < 3; ++ky) {
         if (!in_rows[ky]) continue;
         const float* r = in_rows[ky] + ix0 * sp_in;
@@ -216,34 +207,24 @@ void GroupedConv2d::rows(const float* x, float* y, int64_t n, int64_t block, int
       store(o + 2 * sp_out, clamp(a2));
       store(o + 3 * sp_out, clamp(a3));
     }
-    for (; ox < ow_; ++ox) one(ox);
+    for (; ox < geo_.ow; ++ox) one(ox);
     if (!clamp_only)
-      for (int64_t i = 0; i < ow_; ++i)
+      for (int64_t i = 0; i < geo_.ow; ++i)
         store(out_row + i * sp_out, activate(activations_, load(out_row + i * sp_out)));
   }
 }
 
 void GroupedConv2d::run(const float* x, float* y) const {
-  const int64_t blocks = c_ / kLanes;
-  // Each thread takes an equal share of all output rows, (image, channel block, row) in order,
-  // one contiguous range, as the depthwise step does.
-  const int64_t threads = omp_in_parallel() ? 1 : std::max(1, omp_get_max_threads());
-  const int64_t rows = n_ * blocks * oh_;
-  const int64_t shares = std::min(threads, rows);
+  const int64_t blocks = geo_.c / kLanes;
+  // Each thread an equal share of all output rows (for_each_row_share).
   auto rows_of = [&](auto kernel) {
-    for_each_item(shares, [&](int64_t share) {
-      const int64_t end = rows * (share + 1) / shares;
-      for (int64_t row = rows * share / shares; row < end;) {
-        const int64_t plane = row / oh_, oy = row % oh_;
-        const int64_t stop = std::min(oh_, oy + end - row);
-        (this->*kernel)(x, y, plane / blocks, plane % blocks, oy, stop);
-        row += stop - oy;
-      }
+    for_each_row_share(geo_.n * blocks, geo_.oh, [&](int64_t plane, int64_t oy0, int64_t oy1) {
+      (this->*kernel)(x, y, plane / blocks, plane % blocks, oy0, oy1);
     });
   };
-  if (width_ == 4 && stride_ == 1) rows_of(&GroupedConv2d::rows<4, 1>);
-  if (width_ == 4 && stride_ == 2) rows_of(&GroupedConv2d::rows<4, 2>);
-  if (width_ == 8 && stride_ == 2) rows_of(&GroupedConv2d::rows<8, 2>);
+  if (width_ == 4 && geo_.stride == 1) rows_of(&GroupedConv2d::rows<4, 1>);
+  if (width_ == 4 && geo_.stride == 2) rows_of(&GroupedConv2d::rows<4, 2>);
+  if (width_ == 8 && geo_.stride == 2) rows_of(&GroupedConv2d::rows<8, 2>);
 }
 
 bool grouped_conv2d_fits(const ValueMemories& values, ValueId x, const Shape& xs, ValueId out) {
@@ -281,14 +262,7 @@ void emit_grouped_conv2d(const Graph& g, const Node& conv, const std::vector<flo
   auto step = std::make_shared<const GroupedConv2d>(xs, ys, g.value(conv.input(1)).constant, bias,
                                                     conv.attr_ints("strides", {1, 1})[0], pad_t,
                                                     pad_l, ops, *in, *to);
-  values.program().add_unary_custom(
-      kGroupedConv2dStep,
-      [step](const float* x, float* y) {
-        step->run(x, y);
-        return dnnl_success;
-      },
-      src, dst, dnnl::primitive::kind::convolution);
-  values.produced(out, dst);
+  add_conv_row_step(kGroupedConv2dStep, step, src, dst, out, values);
 }
 
 }  // namespace collage::onednn

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/onednn/conv_row_step.h"
 #include "backends/onednn/depthwise_conv2d.h"
 #include "backends/onednn/epilogue.h"
 #include "backends/onednn/value_memories.h"
@@ -60,7 +61,8 @@ class GroupedConv2d {
   template <int G, int S>
   void rows(const float* x, float* y, int64_t n, int64_t block, int64_t oy0, int64_t oy1) const;
 
-  int64_t n_, c_, h_, w_, oh_, ow_, width_, stride_, pad_t_, pad_l_;
+  ConvRowGeometry geo_;
+  int64_t width_;
   std::vector<ConvActivation> activations_;  // the tail, in order
   GroupedConvStrides in_, out_;
   std::vector<float> taps_;  // [C / 16 blocks][3][3][G members][16 lanes]
