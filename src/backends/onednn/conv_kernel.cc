@@ -344,7 +344,7 @@ void emit_conv(const Graph& sub, ValueMemories& values, ConvAlgorithm algorithm)
   }
   // A grouped 3x3 conv of narrow groups (ResNeXt's 4 channels a group): collage's own step in
   // every variant (grouped_conv2d.h: 1.6-2.7x oneDNN's grouped kernel on the widths and strides
-  // it takes), where its input and output are channels-last or not yet laid out.
+  // it takes), where its input and output are channels-last, nChw16c or not yet laid out.
   if (!transposed && grouped_conv2d_shape(sub, node) && conv_activations(tail.ops) &&
       grouped_conv2d_fits(values, x, xs, tail.out)) {
     emit_grouped_conv2d(sub, node, bias, tail.ops, geo.pad_l[0], geo.pad_l[1], tail.out, values);
