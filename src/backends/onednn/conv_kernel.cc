@@ -244,7 +244,7 @@ void emit_depthwise_conv3d(const Graph& sub, const Node& node, const Geometry& g
 
 }  // namespace
 
-bool depthwise_conv_node(const Graph& g, const Node& n, size_t rank) {
+bool constant_float_conv_node(const Graph& g, const Node& n, size_t rank) {
   if (n.op_type != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1)
     return false;
   const Value& x = g.value(n.input(0));
@@ -254,11 +254,16 @@ bool depthwise_conv_node(const Graph& g, const Node& n, size_t rank) {
       w.dtype != DType::kFloat32 || !w.is_constant() || w.shape.size() != rank ||
       y.dtype != DType::kFloat32 || !y.shape_known || y.shape.size() != rank)
     return false;
-  const int64_t c = x.shape[1];
-  if (n.attr_int("group", 1) != c || w.shape[0] != c || w.shape[1] != 1 || y.shape[1] != c)
-    return false;
   const ValueId b = n.inputs.size() > 2 ? n.input(2) : kNoValue;
   return b == kNoValue || (g.value(b).is_constant() && g.value(b).dtype == DType::kFloat32);
+}
+
+bool depthwise_conv_node(const Graph& g, const Node& n, size_t rank) {
+  if (!constant_float_conv_node(g, n, rank)) return false;
+  const Shape& w = g.value(n.input(1)).shape;
+  const int64_t c = g.value(n.input(0)).shape[1];
+  return n.attr_int("group", 1) == c && w[0] == c && w[1] == 1 &&
+         g.value(n.outputs[0]).shape[1] == c;
 }
 
 std::string forward_conv_implementation(const Node& node, const Shape& xs, const Shape& ws,

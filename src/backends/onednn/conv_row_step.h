@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "backends/onednn/dnnl_common.h"
 #include "backends/onednn/value_memories.h"
@@ -27,8 +28,26 @@ struct ConvRowGeometry {
         stride(stride),
         pad_t(pad_t),
         pad_l(pad_l) {}
+  // The output columns [first, last) whose k taps at stride s read only columns inside the
+  // image.
+  std::pair<int64_t, int64_t> columns_inside(int64_t k, int64_t s) const {
+    const int64_t first = std::min(ow, (pad_l + s - 1) / s);
+    return {first, w - k + pad_l < 0 ? first : std::clamp((w - k + pad_l) / s + 1, first, ow)};
+  }
   int64_t n, c, h, w, oh, ow, stride, pad_t, pad_l;
 };
+
+// 16 floats as one value (one zmm register with AVX-512; GCC splits it elsewhere), loaded and
+// stored at any float's alignment.
+typedef float Vec16 __attribute__((vector_size(16 * sizeof(float))));
+typedef float UnalignedVec16
+    __attribute__((vector_size(16 * sizeof(float)), aligned(sizeof(float)), may_alias));
+inline Vec16 load16(const float* p) {
+  return *reinterpret_cast<const UnalignedVec16*>(p);
+}
+inline void store16(float* p, Vec16 v) {
+  *reinterpret_cast<UnalignedVec16*>(p) = v;
+}
 
 // Calls rows(plane, oy0, oy1) over `planes` planes (image and channel block) of `height` output
 // rows each, every thread an equal contiguous share of all the rows in (plane, row) order: a

@@ -20,16 +20,9 @@ namespace {
 
 constexpr int64_t kLanes = 16;  // channels per block
 
-typedef float UnalignedVec
-    __attribute__((vector_size(kLanes * sizeof(float)), aligned(sizeof(float)), may_alias));
 using Vec = Vec16;
-
-inline Vec load(const float* p) {
-  return *reinterpret_cast<const UnalignedVec*>(p);
-}
-inline void store(float* p, Vec v) {
-  *reinterpret_cast<UnalignedVec*>(p) = v;
-}
+constexpr auto load = load16;
+constexpr auto store = store16;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -96,9 +89,12 @@ Vec16 activate(const std::vector<ConvActivation>& tail, Vec16 v) {
   return v;
 }
 
-namespace {
+TailClamp::TailClamp(const std::vector<ConvActivation>& tail)
+    : clamp_only(tail.empty() ||
+                 (tail.size() == 1 && tail[0].kind == ConvActivation::Kind::kClamp)),
+      lo(Vec16{} + (clamp_only && !tail.empty() ? tail[0].a : -kInf)),
+      hi(Vec16{} + (clamp_only && !tail.empty() ? tail[0].b : kInf)) {}
 
-// `md` as BlockedStrides: 4-D float32, channels in blocks of 16, a block's pixels dense.
 std::optional<BlockedStrides> blocked_strides(const dnnl::memory::desc& md) {
   const dnnl_memory_desc_t& d = md.data;
   if (d.ndims != 4 || d.format_kind != dnnl_blocked || d.data_type != dnnl_f32) return std::nullopt;
@@ -110,8 +106,6 @@ std::optional<BlockedStrides> blocked_strides(const dnnl::memory::desc& md) {
     return std::nullopt;
   return BlockedStrides{s[0], s[1], d.offset0};
 }
-
-}  // namespace
 
 bool depthwise_conv2d_shape(const Graph& g, const Node& n) {
   if (!depthwise_conv_node(g, n, 4)) return false;
@@ -160,23 +154,8 @@ void DepthwiseConv2d::rows(const float* x, float* y, int64_t n, int64_t block, i
   Vec w[K * K];
   for (int t = 0; t < K * K; ++t) w[t] = load(&taps_[(block * K * K + t) * kLanes]);
   const Vec bias = load(&bias_[block * kLanes]);
-  // A clamp (or nothing) is applied as each output is stored; other functions in a pass over
-  // the row after it, which keeps their code out of the loop of FMAs (a HardSwish applied per
-  // output made MobileNetV3-Large's blocked region 1.09x slower than oneDNN's kernel).
-  const bool clamp_only =
-      activations_.empty() ||
-      (activations_.size() == 1 && activations_[0].kind == Activation::Kind::kClamp);
-  const Vec lo = Vec{} + (clamp_only && !activations_.empty() ? activations_[0].a : -kInf);
-  const Vec hi = Vec{} + (clamp_only && !activations_.empty() ? activations_[0].b : kInf);
-  auto clamp = [&](Vec v) {
-    v = v < lo ? lo : v;
-    return v > hi ? hi : v;
-  };
-  // Output columns [first, last) read only columns inside the image.
-  const int64_t first = std::min(geo_.ow, (geo_.pad_l + S - 1) / S);
-  const int64_t last = geo_.w - K + geo_.pad_l < 0
-                           ? first
-                           : std::clamp((geo_.w - K + geo_.pad_l) / S + 1, first, geo_.ow);
+  const TailClamp clamp(activations_);
+  const auto [first, last] = geo_.columns_inside(K, S);
   for (int64_t oy = oy0; oy < oy1; ++oy) {
     // Each tap row's input row, or zeros above and below the image.
     const float* in_rows[K];
@@ -229,7 +208,7 @@ void DepthwiseConv2d::rows(const float* x, float* y, int64_t n, int64_t block, i
     }
     for (; ox < last; ++ox) one(ox, 0, K);
     for (; ox < geo_.ow; ++ox) edge(ox);
-    if (!clamp_only)
+    if (!clamp.clamp_only)
       for (int64_t i = 0; i < geo_.ow; ++i)
         store(out_row + i * kLanes, activate(activations_, load(out_row + i * kLanes)));
   }

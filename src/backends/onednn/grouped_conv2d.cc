@@ -5,7 +5,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <limits>
 #include <memory>
 #include <optional>
 
@@ -19,17 +18,10 @@ namespace {
 
 constexpr int64_t kLanes = 16;  // output channels per block
 
-typedef float UnalignedVec
-    __attribute__((vector_size(kLanes * sizeof(float)), aligned(sizeof(float)), may_alias));
 typedef int Lanes __attribute__((vector_size(kLanes * sizeof(int))));
 using Vec = Vec16;
-
-inline Vec load(const float* p) {
-  return *reinterpret_cast<const UnalignedVec*>(p);
-}
-inline void store(float* p, Vec v) {
-  *reinterpret_cast<UnalignedVec*>(p) = v;
-}
+constexpr auto load = load16;
+constexpr auto store = store16;
 
 // Every lane l of `v` replaced by lane (l / G) * G + J: member J of lane l's group. A constant
 // permutation (vpermilps within 128-bit lanes for G = 4, vpermps for G = 8).
@@ -77,14 +69,10 @@ inline void one_output(const Vec* in, const float* w, int kx_lo, int kx_hi, Vec&
 std::optional<GroupedConvStrides> step_strides(const dnnl::memory::desc& md) {
   const dnnl_memory_desc_t& d = md.data;
   if (d.ndims != 4 || d.data_type != dnnl_f32 || d.format_kind != dnnl_blocked) return std::nullopt;
+  if (std::optional<BlockedStrides> blocked = blocked_strides(md))
+    return GroupedConvStrides{blocked->sn, blocked->sc, kLanes, blocked->offset};
   const auto& blocking = d.format_desc.blocking;
   const auto& s = blocking.strides;
-  if (blocking.inner_nblks == 1 && blocking.inner_idxs[0] == 1 &&
-      blocking.inner_blks[0] == kLanes) {
-    if ((d.dims[3] != 1 && s[3] != kLanes) || (d.dims[2] != 1 && s[2] != kLanes * d.dims[3]))
-      return std::nullopt;
-    return GroupedConvStrides{s[0], s[1], kLanes, d.offset0};
-  }
   if (blocking.inner_nblks != 0 || s[1] != 1) return std::nullopt;
   if (s[3] < d.dims[1] || (d.dims[2] != 1 && s[2] != s[3] * d.dims[3])) return std::nullopt;
   return GroupedConvStrides{s[0], kLanes, s[3], d.offset0};
@@ -93,21 +81,11 @@ std::optional<GroupedConvStrides> step_strides(const dnnl::memory::desc& md) {
 }  // namespace
 
 bool grouped_conv2d_shape(const Graph& g, const Node& n) {
-  if (n.op_type != "Conv" || !n.domain.empty() || n.inputs.size() < 2 || n.outputs.size() != 1)
-    return false;
-  const Value& x = g.value(n.input(0));
-  const Value& w = g.value(n.input(1));
-  const Value& y = g.value(n.outputs[0]);
-  if (x.dtype != DType::kFloat32 || !x.shape_known || x.shape.size() != 4 ||
-      w.dtype != DType::kFloat32 || !w.is_constant() || w.shape.size() != 4 ||
-      y.dtype != DType::kFloat32 || !y.shape_known || y.shape.size() != 4)
-    return false;
-  const int64_t c = x.shape[1], width = w.shape[1], group = n.attr_int("group", 1);
-  if (c % kLanes != 0 || group <= 1 || group * width != c || w.shape[0] != c || y.shape[1] != c ||
-      w.shape[2] != 3 || w.shape[3] != 3)
-    return false;
-  const ValueId b = n.inputs.size() > 2 ? n.input(2) : kNoValue;
-  if (b != kNoValue && (!g.value(b).is_constant() || g.value(b).dtype != DType::kFloat32))
+  if (!constant_float_conv_node(g, n, 4)) return false;
+  const Shape& w = g.value(n.input(1)).shape;
+  const int64_t c = g.value(n.input(0)).shape[1], width = w[1], group = n.attr_int("group", 1);
+  if (c % kLanes != 0 || group <= 1 || group * width != c || w[0] != c ||
+      g.value(n.outputs[0]).shape[1] != c || w[2] != 3 || w[3] != 3)
     return false;
   if (n.attr_string("auto_pad", "NOTSET") != "NOTSET") return false;
   const std::vector<int64_t> strides = n.attr_ints("strides", {1, 1});
@@ -148,24 +126,9 @@ void GroupedConv2d::rows(const float* x, float* y, int64_t n, int64_t block, int
   float* yb = y + out_.offset + n * out_.sn + block * out_.sc;
   const float* wb = taps_.data() + block * 9 * G * kLanes;
   const Vec bias = load(&bias_[block * kLanes]);
-  // A clamp (or nothing) is applied as each output is stored, other functions in a pass over
-  // the row after it (as in the depthwise step).
-  const bool clamp_only =
-      activations_.empty() ||
-      (activations_.size() == 1 && activations_[0].kind == ConvActivation::Kind::kClamp);
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  const Vec lo = Vec{} + (clamp_only && !activations_.empty() ? activations_[0].a : -kInf);
-  const Vec hi = Vec{} + (clamp_only && !activations_.empty() ? activations_[0].b : kInf);
-  auto clamp = [&](Vec v) {
-    v = v < lo ? lo : v;
-    return v > hi ? hi : v;
-  };
+  const TailClamp clamp(activations_);
+  const auto [first, last] = geo_.columns_inside(3, S);
   const int64_t sp_in = in_.sp, sp_out = out_.sp;
-  // Output columns [first, last) read only columns inside the image.
-  const int64_t first = std::min(geo_.ow, (geo_.pad_l + S - 1) / S);
-  const int64_t last = geo_.w - 3 + geo_.pad_l < 0
-                           ? first
-                           : std::clamp((geo_.w - 3 + geo_.pad_l) / S + 1, first, geo_.ow);
   for (int64_t oy = oy0; oy < oy1; ++oy) {
     const float* in_rows[3];  // each tap row's input row, or null above and below the image
     for (int ky = 0; ky < 3; ++ky) {
@@ -208,7 +171,7 @@ void GroupedConv2d::rows(const float* x, float* y, int64_t n, int64_t block, int
       store(o + 3 * sp_out, clamp(a3));
     }
     for (; ox < geo_.ow; ++ox) one(ox);
-    if (!clamp_only)
+    if (!clamp.clamp_only)
       for (int64_t i = 0; i < geo_.ow; ++i)
         store(out_row + i * sp_out, activate(activations_, load(out_row + i * sp_out)));
   }

@@ -39,6 +39,10 @@ void emit_conv(const Graph& subgraph, ValueMemories& values,
                ConvAlgorithm algorithm = ConvAlgorithm::kDirect);
 std::unique_ptr<Kernel> compile_conv(const Graph& subgraph,
                                      ConvAlgorithm algorithm = ConvAlgorithm::kDirect);
+// Whether `n` of `g` is a Conv over a float32 input of `rank` dims with constant float32
+// weights and a constant float32 bias or none, output float32, shapes known (where collage's
+// own conv steps start from).
+bool constant_float_conv_node(const Graph& g, const Node& n, size_t rank);
 // Whether Conv node `n` of `g` is depthwise over a float32 input of `rank` dims: group = input
 // channels = output channels, constant float32 weights [C, 1, k...], a constant float32 bias or
 // none (what collage's depthwise steps, depthwise_conv2d.h and depthwise_conv3d.h, start from).
