@@ -88,13 +88,28 @@ void restore_startup_cpus() {
   sched_setaffinity(0, sizeof startup_cpus, &startup_cpus);
 }
 
-// Commands that never run a kernel (info, zoo, show, backends) skip the extra exec.
+bool runs_kernels_command(const char* name) {
+  return !std::strcmp(name, "run") || !std::strcmp(name, "tune") || !std::strcmp(name, "bench") ||
+         !std::strcmp(name, "measure-worker");
+}
+
+// Commands that never run a kernel (info, zoo, show, backends) skip the extra exec. The
+// command is the first argument that is neither an option nor a global option's value
+// (main.cc: `--log-level LEVEL`, `--backend-plugin LIB...`); until 2026-12-08 the first one
+// not starting with '-' was taken, so `collage --log-level info run m.onnx` (or a plugin's
+// path) read as no kernel command, and that run got none of these settings: libgomp, its
+// default spin, no huge pages.
 bool runs_kernels(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
-    if (a[0] == '-') continue;
-    return !std::strcmp(a, "run") || !std::strcmp(a, "tune") || !std::strcmp(a, "bench") ||
-           !std::strcmp(a, "measure-worker");
+    if (!std::strcmp(a, "--log-level")) {
+      ++i;  // its level ("info" is a command's name too)
+    } else if (!std::strcmp(a, "--backend-plugin")) {
+      // its libraries, up to the next option or kernel command
+      while (i + 1 < argc && argv[i + 1][0] != '-' && !runs_kernels_command(argv[i + 1])) ++i;
+    } else if (a[0] != '-') {
+      return runs_kernels_command(a);
+    }
   }
   return false;
 }

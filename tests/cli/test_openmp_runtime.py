@@ -66,3 +66,18 @@ def test_a_plan_tuned_under_libomp_names_it(cli, model, workdir):
         workdir / "openmp-costs.db", "--threads", "1", env=env_with())
     hardware = json.loads(plan.read_text())["hardware"]
     assert hardware.endswith(" | libomp") == bool(LIBOMP), hardware
+
+
+@pytest.mark.parametrize("global_options", [
+    ["--log-level", "info"],  # "info" is a command's name too
+    ["--log-level=error"],
+    ["--backend-plugin", os.environ["COLLAGE_BROKEN_PLUGIN"]],
+])
+def test_global_options_before_the_command_keep_the_runtime(cli, model, global_options):
+    # The library settings (library_env.cc) are made for commands that run kernels; the
+    # command is found past the global options and their values (until 2026-12-08 a run
+    # behind `--log-level info` or a plugin's path got libgomp and no spin bound).
+    args = [*global_options, "run", model, "--backend", "onednn", "--threads", "2",
+            "--repeat", "2", "--json"]
+    out = json.loads(run(cli, *args, env=env_with()).stdout)
+    assert out["openmp"] == ("libomp" if LIBOMP else "libgomp"), out["openmp"]
