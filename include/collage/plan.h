@@ -44,6 +44,10 @@ struct Plan {
   static Plan from_json(const std::string& text);
   void save(const std::string& path) const;
   static Plan load(const std::string& path);
+  // Throws Error(kIo) where save(path) would fail for the place itself (a missing or
+  // read-only directory, a directory or read-only file at the path), without writing: so a
+  // tune can refuse its output path before it spends minutes tuning.
+  static void check_writable(const std::string& path);
 };
 
 // A digest of the imported graph (ops, attributes, shapes, constants' shapes and node

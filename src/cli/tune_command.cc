@@ -159,6 +159,7 @@ nlohmann::json result_json(const TuneResult& r, const std::string& plan_path) {
 }
 
 int run_tune(const TuneCommandOptions& o) {
+  Plan::check_writable(o.plan_path);  // before minutes of tuning, not after
   Graph graph = load_model(o.model.path, o.model.load_options());
   TuneOptions options;
   options.backends = o.backends;

@@ -1,5 +1,10 @@
 #include "collage/plan.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -99,6 +104,20 @@ void Plan::save(const std::string& path) const {
   if (!out) fail(ErrorKind::kIo, "cannot write plan to '{}'", path);
   out << to_json() << "\n";
   if (!out) fail(ErrorKind::kIo, "cannot write plan to '{}'", path);
+}
+
+void Plan::check_writable(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    fail(ErrorKind::kIo, "cannot write plan to '{}': no directory '{}'", path, dir.string());
+  if (fs::is_directory(target, ec))
+    fail(ErrorKind::kIo, "cannot write plan to '{}': it is a directory", path);
+  const bool exists = fs::exists(target, ec);
+  if (access(exists ? path.c_str() : dir.c_str(), W_OK) != 0)
+    fail(ErrorKind::kIo, "cannot write plan to '{}': {}", path, std::strerror(errno));
 }
 
 Plan Plan::load(const std::string& path) {
