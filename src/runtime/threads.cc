@@ -36,8 +36,8 @@ int resolve_threads(int requested) {
   static std::atomic<bool> warned{false};
   if (requested > cores && !warned.exchange(true))
     spdlog::warn(
-        "{} threads asked for, but this process may use {} CPUs: the threads will share "
-        "them and run slower (--threads 0 uses them all)",
+        "{} threads for the {} CPUs this process may use: threads beyond the CPUs "
+        "share them and every kernel runs slower (--threads sets the count)",
         requested, cores);
   return requested == 0 ? cores : requested;
 }
