@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "collage/backend.h"
 #include "collage/session.h"
 #include "runtime/interleaved_timing.h"
@@ -129,10 +130,10 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("--plan", o->plan_path, "plan from `collage tune`");
   cmd->add_option("--repeat", o->repeat, "interleaved rounds")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--warmup", o->warmup, "untimed runs of every plan first (at least 1)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->add_option("--threads", o->threads, "thread budget (0 = every CPU this process may use)")
       ->capture_default_str();
   cmd->add_option("--json", o->json_path,

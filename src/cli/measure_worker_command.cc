@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "collage/version.h"
 #include "search/isolated_measurer.h"
 #include "search/queue_worker.h"
@@ -96,17 +97,17 @@ Action add_measure_worker_command(CLI::App& app) {
                   "seconds a claimed job stays claimed without renewal (renewed while this "
                   "worker lives)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--exit-when-idle", o->queue.exit_when_idle_s,
                   "stop after this many seconds without a job (0 = run until stopped)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->add_option("--max-jobs", o->queue.max_jobs, "stop after this many jobs (0 = no limit)")
       ->capture_default_str();
   cmd->add_option("--isolate-timeout", o->queue.isolate_timeout_s,
                   "seconds a job may take before it counts as hung")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_flag("--json", o->json, "print the summary as one JSON object on stdout");
   cmd->add_flag("-v,--verbose", o->verbose, "one line per job on stderr");
   return [o] { return run_worker(*o); };

@@ -14,6 +14,7 @@
 #include "cli/chrome_trace.h"
 #include "cli/commands.h"
 #include "cli/step_profile.h"
+#include "cli/validators.h"
 #include "collage/backend.h"
 #include "collage/session.h"
 #include "collage/version.h"
@@ -249,12 +250,10 @@ Action add_run_command(CLI::App& app) {
   cmd->add_option("--outputs", o->outputs_dir, "folder to write output_K.pb to");
   cmd->add_option("--threads", o->threads, "thread budget (0 = every CPU this process may use)")
       ->capture_default_str();
-  cmd->add_option("--repeat", o->repeat, "timed runs")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--repeat", o->repeat, "timed runs")->capture_default_str()->check(kPositive);
   cmd->add_option("--warmup", o->warmup, "untimed runs first")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->add_option("--backend", o->backend,
                   "backend for every node it can take, the rest on the fallback (default: "
                   "everything on the fallback, reference)");

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress_bar.h"
+#include "cli/validators.h"
 #include "collage/session.h"
 #include "collage/tune.h"
 #include "collage/version.h"
@@ -214,7 +215,7 @@ Action add_tune_command(CLI::App& app) {
   cmd->add_option("--optimizer", o->optimizer, "op-level or two-level")->capture_default_str();
   cmd->add_option("--budget", o->budget, "seconds for the graph-level search")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->add_option("--cost-db", o->cost_db,
                   "cost database: a SQLite file (default ~/.cache/collage/costs.db) or a "
                   "postgresql://user@host/dbname URL");
@@ -229,7 +230,7 @@ Action add_tune_command(CLI::App& app) {
   cmd->add_option("--isolate-timeout", o->isolate_timeout,
                   "seconds a candidate may take in the worker before it counts as hung")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_flag("--distributed", o->distributed,
                 "publish the candidates as jobs in the cost database for `collage "
                 "measure-worker` processes to measure (see the README's scale-out section)");
@@ -237,18 +238,18 @@ Action add_tune_command(CLI::App& app) {
                   "with --distributed: seconds before this process measures a job no worker "
                   "has claimed")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->add_option("--lease", o->lease,
                   "seconds a claimed measurement job stays claimed without renewal (a process "
                   "that dies leaves its jobs to others after this)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--calm-wait", o->calm_wait,
                   "the most seconds to wait, in all, for this machine to leave a slow window "
                   "(the chosen plan over 1.25x its calm time) before the timings the tune "
                   "keeps; 0: never wait")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   return [o] { return run_tune(*o); };
 }
 

@@ -26,3 +26,14 @@ def test_run_warns_of_more_threads_than_cpus(cli, model):
     assert f"{asked} threads for the" in over.stderr, over.stderr
     one = run(cli, "run", model, "--backend", "onednn", "--threads", 1, "--repeat", "1")
     assert "CPUs this process may use" not in one.stderr, one.stderr
+
+
+def test_a_number_out_of_range_says_what_is_asked(cli, model):
+    # CLI11's own range checks printed their bound as DBL_MAX, 300 digits.
+    for args, message in ((["run", model, "--repeat", "0"], "--repeat: must be above 0, got 0"),
+                          (["run", model, "--warmup", "-1"], "--warmup: must be at least 0, got -1"),
+                          (["tune", model, "-o", "p.json", "--budget", "-2"],
+                           "--budget: must be at least 0, got -2")):
+        proc = run(cli, *args, check=False)
+        assert proc.returncode == 2, proc
+        assert message in proc.stderr and "179769" not in proc.stderr, proc.stderr
