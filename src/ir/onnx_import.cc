@@ -1,5 +1,6 @@
 // ONNX ModelProto -> collage Graph. Everything a model file can get wrong is caught here
 // or in the passes, as a collage::Error of the right kind; nothing is trusted.
+#include <fmt/format.h>
 #include <onnx/checker.h>
 
 #include <filesystem>
@@ -219,11 +220,14 @@ class Importer {
   }
 
   void import_inputs() {
-    std::set<std::string> seen;
+    std::set<std::string> seen, symbolic;
     for (const auto& in : model_.graph().input()) {
       if (!seen.insert(in.name()).second)
         fail(ErrorKind::kInvalidModel, "graph input '{}' is listed twice", in.name());
       if (by_name_.count(in.name())) continue;  // has an initializer: a constant
+      if (in.type().tensor_type().has_shape())
+        for (const auto& dim : in.type().tensor_type().shape().dim())
+          if (dim.has_dim_param() && !dim.dim_param().empty()) symbolic.insert(dim.dim_param());
       if (auto frozen = options_.constant_inputs.find(in.name());
           frozen != options_.constant_inputs.end()) {
         by_name_[in.name()] = graph_.add_constant(in.name(), frozen->second);
@@ -253,6 +257,14 @@ class Importer {
       if (!seen.count(name))
         fail(ErrorKind::kInvalidArgument,
              "a shape is given for '{}', but the model has no such input", name);
+    // A misspelt --dim set nothing and said nothing (until 2026-12-08).
+    for (const auto& [name, value] : options_.dims)
+      if (!symbolic.count(name))
+        fail(ErrorKind::kInvalidArgument,
+             "--dim {}={}: the model's inputs have no symbolic dimension '{}' ({})", name, value,
+             name,
+             symbolic.empty() ? "every input dimension is fixed"
+                              : fmt::format("theirs: {}", fmt::join(symbolic, ", ")));
   }
 
   Shape input_shape(const onnx::ValueInfoProto& in) {

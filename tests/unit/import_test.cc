@@ -179,6 +179,18 @@ TEST_F(Import, SymbolicDims) {
   Graph g = load_model(test_data("symbolic_dim.onnx"), options);
   EXPECT_EQ(g.value(g.inputs[0]).shape, (Shape{5, 3}));
   EXPECT_EQ(g.value(g.outputs[0]).shape, (Shape{5, 3}));
+  // A name no input uses is an error, naming the ones there are (a misspelt --dim was
+  // silently ignored); with the input's shape given, its dim's name still counts.
+  options.dims["batc"] = 5;
+  expect_error([&] { load_model(test_data("symbolic_dim.onnx"), options); },
+               ErrorKind::kInvalidArgument, "no symbolic dimension 'batc' (theirs: batch)");
+  LoadOptions fixed;
+  fixed.dims["batch"] = 1;
+  expect_error([&] { load_model(test_data("add_w.onnx"), fixed); }, ErrorKind::kInvalidArgument,
+               "every input dimension is fixed");
+  options.dims.erase("batc");
+  options.input_shapes["x"] = {2, 3};
+  EXPECT_EQ(load_model(test_data("symbolic_dim.onnx"), options).value(0).shape, (Shape{2, 3}));
 }
 
 TEST_F(Import, InputShapeOverrides) {
