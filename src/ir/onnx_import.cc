@@ -146,7 +146,9 @@ class Importer {
 
   // True when some input was given a shape other than the one the model declares, so
   // declared output dims no longer have to hold.
-  bool inputs_reshaped() const { return inputs_reshaped_; }
+  bool inputs_reshaped() const { return !reshaped_inputs_.empty(); }
+  // Those inputs, "NAME: [given] given, [declared] declared" each ('?' a symbolic dim).
+  const std::vector<std::string>& reshaped_inputs() const { return reshaped_inputs_; }
 
  private:
   int64_t default_opset() const {
@@ -275,7 +277,9 @@ class Importer {
         if (d < 0)
           fail(ErrorKind::kInvalidArgument, "the shape given for input '{}' has a negative dim",
                in.name());
-      if (!declared_shape_matches(tt, it->second)) inputs_reshaped_ = true;
+      if (!declared_shape_matches(tt, it->second))
+        reshaped_inputs_.push_back(fmt::format("{}: {} given, {} declared", in.name(),
+                                               shape_to_string(it->second), declared_text(tt)));
       return it->second;
     }
     if (!tt.has_shape())
@@ -302,6 +306,13 @@ class Importer {
       }
     }
     return shape;
+  }
+
+  static std::string declared_text(const onnx::TypeProto::Tensor& tt) {
+    std::vector<std::string> dims;
+    for (const auto& dim : tt.shape().dim())
+      dims.push_back(dim.has_dim_value() ? std::to_string(dim.dim_value()) : "?");
+    return fmt::format("[{}]", fmt::join(dims, ","));
   }
 
   static bool declared_shape_matches(const onnx::TypeProto::Tensor& tt, const Shape& shape) {
@@ -449,7 +460,7 @@ class Importer {
   Graph graph_;
   std::unordered_map<std::string, ValueId> by_name_;
   std::set<std::string> node_names_;
-  bool inputs_reshaped_ = false;
+  std::vector<std::string> reshaped_inputs_;
 };
 
 // Adds the model file's name to errors that do not mention it.
@@ -468,7 +479,14 @@ Graph load_impl(std::string_view bytes, const std::string& base_dir, const LoadO
     Importer importer(model, base_dir, options);
     Graph graph = importer.run(declared);
     model.Clear();  // the initializers now live in the graph: free the protobuf copy early
-    infer_shapes(graph, options);
+    try {
+      infer_shapes(graph, options);
+    } catch (const Error& e) {
+      // A shape error an input given in another shape caused is easier read with it.
+      if (e.kind() != ErrorKind::kShape || !importer.inputs_reshaped()) throw;
+      throw Error(e.kind(), fmt::format("{} (inputs in other shapes than the model declares: {})",
+                                        e.what(), fmt::join(importer.reshaped_inputs(), "; ")));
+    }
     check_declared_types(graph, declared, /*check_dims=*/!importer.inputs_reshaped());
     if (options.optimize) {
       lower_einsum(graph);

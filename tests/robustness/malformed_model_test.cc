@@ -249,6 +249,20 @@ TEST(Malformed, NegativeDimOption) {
   expect_load_error(b, ErrorKind::kInvalidArgument, "--dim batch=-4", options);
 }
 
+TEST(Malformed, InputGivenInAShapeTheModelCannotTake) {
+  // x [2, 4] MatMul w [4, 3]; x given as [2, 5] (inputs from files do this): the shape error
+  // names the input given in another shape than declared, not only the node it broke.
+  ModelBuilder b;
+  b.input("x", kFloat, {2, 4});
+  onnx::TensorProto* w = b.initializer("w", kFloat, {4, 3});
+  for (int i = 0; i < 12; ++i) w->add_float_data(1.0f);
+  b.node("MatMul", {"x", "w"}, {"y"});
+  b.output("y", kFloat, {2, 3});
+  LoadOptions options;
+  options.input_shapes["x"] = {2, 5};
+  expect_load_error(b, ErrorKind::kShape, "x: [2,5] given, [2,4] declared", options);
+}
+
 TEST(Malformed, UnknownDim) {
   ModelBuilder b = ModelBuilder::relu();
   b.graph()
